@@ -1,0 +1,130 @@
+//! perftest-style traffic generators that drive an [`Rnic`] directly, with
+//! no dataplane and no policy in between: the `ib_write_bw` /
+//! `ib_write_lat` families ([`bw`], [`lat`]), the virtual-time driver that
+//! runs them on a [`SimFabric`] ([`run_virtual`]), and the calibration
+//! suite built from them ([`calibrate`]).
+
+pub mod bw;
+pub mod calibrate;
+pub mod lat;
+
+use crate::rnic::sim::{SimFabric, PS_PER_NS};
+use crate::rnic::{AccessFlags, CqAttr, CqHandle, Mr, PdHandle, Qp, QpCaps, QpInitAttr, Rnic, RnicError, Wc, WcStatus};
+
+/// An application on one host that reacts to its NIC.
+pub trait App {
+    /// Polls completions and memory, posts what it can. Returns whether it
+    /// did anything (the driver polls again until no app does).
+    fn poll(&mut self) -> Result<bool, AppError>;
+}
+
+/// An application's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A verb failed.
+    #[error(transparent)]
+    Verb(#[from] RnicError),
+    /// A post list was rejected.
+    #[error(transparent)]
+    Post(#[from] crate::rnic::PostError),
+    /// A work completion carried an error status.
+    #[error("work request {wr_id} completed with {status:?}")]
+    Completion {
+        /// The request.
+        wr_id: u64,
+        /// Its status.
+        status: WcStatus,
+    },
+}
+
+/// Fails on an unsuccessful completion.
+pub fn check(wc: &Wc) -> Result<(), AppError> {
+    if wc.status.is_ok() {
+        Ok(())
+    } else {
+        Err(AppError::Completion { wr_id: wc.wr_id, status: wc.status })
+    }
+}
+
+/// Runs `apps` on `fabric` in virtual time until `until_ns`: at every event
+/// instant each app polls until none has anything left to do.
+pub fn run_virtual(fabric: &SimFabric, apps: &mut [&mut dyn App], until_ns: u64) -> Result<(), AppError> {
+    let until = until_ns * PS_PER_NS;
+    loop {
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            for a in apps.iter_mut() {
+                progressed |= a.poll()?;
+            }
+        }
+        match fabric.next_event_ps() {
+            Some(t) if t <= until => fabric.step(),
+            _ => {
+                fabric.advance_to_ps(until);
+                return Ok(());
+            }
+        };
+    }
+}
+
+/// The objects one side of a perftest-style run uses: a PD, one CQ for
+/// sends and receives, one buffer, and its QPs.
+pub struct Side<R: Rnic> {
+    /// The NIC.
+    pub nic: R,
+    /// Protection domain.
+    pub pd: PdHandle,
+    /// Completion queue (sends and receives).
+    pub cq: CqHandle,
+    /// The buffer.
+    pub mr: Mr,
+    /// The QPs, in RESET until connected.
+    pub qps: Vec<Qp>,
+}
+
+impl<R: Rnic> Side<R> {
+    /// Creates a PD, a CQ, a buffer of `buf_len` bytes and `nqps` QPs in
+    /// traffic class `tc`.
+    pub fn new(mut nic: R, nqps: usize, buf_len: usize, tc: u8, depth: u32) -> Result<Self, RnicError> {
+        let pd = nic.alloc_pd()?;
+        let cq = nic.create_cq(CqAttr { depth: (depth * 2 * nqps as u32).max(64), ignore_overrun: false })?;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let mr = nic.reg_mr(pd, buf_len.max(64), access)?;
+        let mut qps = Vec::with_capacity(nqps);
+        for _ in 0..nqps {
+            let mut attr = QpInitAttr::new(cq, cq);
+            attr.caps = QpCaps { max_send_wr: depth, max_recv_wr: depth, ..QpCaps::default() };
+            attr.traffic_class = tc;
+            qps.push(nic.create_qp(pd, attr)?);
+        }
+        Ok(Side { nic, pd, cq, mr, qps })
+    }
+
+    /// Connects QP `i` of each side, both ways, to RTS.
+    pub fn connect(&mut self, peer: &mut Side<R>) -> Result<(), RnicError> {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        for (a, b) in self.qps.iter().zip(peer.qps.iter()) {
+            crate::rnic::connect::connect_pair(
+                &mut self.nic,
+                (a.handle, a.qp_num),
+                &mut peer.nic,
+                (b.handle, b.qp_num),
+                access,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The perftest operation a generator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestOp {
+    /// RDMA WRITE (`ib_write_*`).
+    Write,
+    /// SEND / RECV (`ib_send_*`).
+    Send,
+    /// RDMA READ (`ib_read_*`).
+    Read,
+}

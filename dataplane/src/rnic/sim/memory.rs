@@ -1,0 +1,257 @@
+//! Memory regions of one simulated host: real byte buffers with keys,
+//! bounds and access rights, and the copy path that moves payload between
+//! them.
+//!
+//! Every byte an RDMA operation moves is really copied. To keep bulk
+//! streams fast, a copy whose source and destination pages have not been
+//! written since the same copy was last made is skipped: the destination
+//! provably already holds those bytes. Each 4 KiB page carries the stamp of
+//! its last write; a copy is elided only if every source page is older
+//! than the recorded copy and every destination page is no newer than it.
+
+use std::collections::HashMap;
+
+use crate::rnic::{AccessFlags, RnicError};
+
+const PAGE_SHIFT: u32 = 12;
+
+/// One registered region.
+pub(crate) struct MrState {
+    pub pd: u32,
+    pub addr: u64,
+    pub access: AccessFlags,
+    pub key: u32,
+    buf: Vec<u8>,
+    stamps: Vec<u64>,
+}
+
+impl MrState {
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn pages(&self, off: usize, len: usize) -> std::ops::Range<usize> {
+        if len == 0 {
+            return 0..0;
+        }
+        (off >> PAGE_SHIFT)..((off + len - 1) >> PAGE_SHIFT) + 1
+    }
+
+    fn max_stamp(&self, off: usize, len: usize) -> u64 {
+        self.stamps[self.pages(off, len)].iter().copied().max().unwrap_or(0)
+    }
+
+    fn stamp(&mut self, off: usize, len: usize, stamp: u64) {
+        let r = self.pages(off, len);
+        self.stamps[r].fill(stamp);
+    }
+}
+
+/// Why a key check failed (mapped to a completion status by the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyFault {
+    /// No live region has this key.
+    UnknownKey,
+    /// The region belongs to another protection domain.
+    WrongPd,
+    /// The range leaves the region.
+    OutOfBounds,
+    /// The region does not grant the needed right.
+    Access,
+}
+
+/// All regions of one host.
+pub(crate) struct MemStore {
+    mrs: Vec<Option<MrState>>,
+    next_addr: u64,
+    key_gen: u32,
+}
+
+impl MemStore {
+    pub fn new(host: usize) -> Self {
+        MemStore { mrs: Vec::new(), next_addr: 0x7f00_0000_0000 + ((host as u64) << 36), key_gen: 0 }
+    }
+
+    pub fn register(&mut self, pd: u32, len: usize, access: AccessFlags) -> (u32, u64, u32) {
+        let idx = self.mrs.len() as u32;
+        self.key_gen = self.key_gen.wrapping_add(0x9e);
+        let key = (idx << 8) | (self.key_gen & 0xff);
+        let addr = self.next_addr;
+        self.next_addr += ((len as u64 + 4095) & !4095) + 4096;
+        let pages = len.div_ceil(1 << PAGE_SHIFT).max(1);
+        self.mrs.push(Some(MrState { pd, addr, access, key, buf: vec![0; len], stamps: vec![0; pages] }));
+        (idx, addr, key)
+    }
+
+    pub fn get(&self, idx: u32) -> Result<&MrState, RnicError> {
+        self.mrs.get(idx as usize).and_then(Option::as_ref).ok_or(RnicError::InvalidHandle { kind: "mr", id: idx })
+    }
+
+    pub fn remove(&mut self, idx: u32) -> Result<(), RnicError> {
+        match self.mrs.get_mut(idx as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(RnicError::InvalidHandle { kind: "mr", id: idx }),
+        }
+    }
+
+    /// Resolves `key` + `[addr, addr+len)` to (region index, offset),
+    /// checking PD, bounds and rights.
+    pub fn resolve(&self, key: u32, addr: u64, len: u64, pd: u32, need: AccessFlags) -> Result<(u32, usize), KeyFault> {
+        let idx = key >> 8;
+        let mr = self.mrs.get(idx as usize).and_then(Option::as_ref).ok_or(KeyFault::UnknownKey)?;
+        if mr.key != key {
+            return Err(KeyFault::UnknownKey);
+        }
+        if mr.pd != pd {
+            return Err(KeyFault::WrongPd);
+        }
+        if addr < mr.addr || addr.checked_add(len).is_none_or(|end| end > mr.addr + mr.len() as u64) {
+            return Err(KeyFault::OutOfBounds);
+        }
+        if !mr.access.contains(need) {
+            return Err(KeyFault::Access);
+        }
+        Ok((idx, (addr - mr.addr) as usize))
+    }
+
+    pub fn cpu_write(&mut self, idx: u32, off: usize, data: &[u8], stamp: u64) -> Result<(), RnicError> {
+        let mr = self
+            .mrs
+            .get_mut(idx as usize)
+            .and_then(Option::as_mut)
+            .ok_or(RnicError::InvalidHandle { kind: "mr", id: idx })?;
+        let end = off.checked_add(data.len()).filter(|&e| e <= mr.len()).ok_or_else(|| {
+            RnicError::InvalidArgument(format!(
+                "write of {} B at offset {off} leaves the {} B region",
+                data.len(),
+                mr.len()
+            ))
+        })?;
+        mr.buf[off..end].copy_from_slice(data);
+        mr.stamp(off, data.len(), stamp);
+        Ok(())
+    }
+
+    pub fn cpu_read(&self, idx: u32, off: usize, out: &mut [u8]) -> Result<(), RnicError> {
+        let mr = self.get(idx)?;
+        let end = off.checked_add(out.len()).filter(|&e| e <= mr.len()).ok_or_else(|| {
+            RnicError::InvalidArgument(format!(
+                "read of {} B at offset {off} leaves the {} B region",
+                out.len(),
+                mr.len()
+            ))
+        })?;
+        out.copy_from_slice(&mr.buf[off..end]);
+        Ok(())
+    }
+
+    fn mr_mut(&mut self, idx: u32) -> Option<&mut MrState> {
+        self.mrs.get_mut(idx as usize).and_then(Option::as_mut)
+    }
+}
+
+/// A contiguous piece of some host's region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Span {
+    pub host: usize,
+    pub mr: u32,
+    pub off: usize,
+    pub len: usize,
+}
+
+/// The copy engine shared by all hosts: page stamps' clock and the cache
+/// of copies already made.
+#[derive(Default)]
+pub(crate) struct CopyEngine {
+    clock: u64,
+    done: HashMap<(Span, Span), u64>,
+    /// Bytes actually copied.
+    pub copied_bytes: u64,
+    /// Bytes whose copy was elided because the destination already held them.
+    pub elided_bytes: u64,
+}
+
+impl CopyEngine {
+    /// A fresh stamp for a CPU write.
+    pub fn next_stamp(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// Copies `src` to `dst` (same length), across hosts if needed.
+    pub fn copy(&mut self, mems: &mut [MemStore], src: Span, dst: Span) {
+        debug_assert_eq!(src.len, dst.len);
+        if src.len == 0 {
+            return;
+        }
+        let key = (src, dst);
+        if let Some(&t) = self.done.get(&key) {
+            let fresh = mems[src.host].mr_mut(src.mr).is_some_and(|m| m.max_stamp(src.off, src.len) < t)
+                && mems[dst.host].mr_mut(dst.mr).is_some_and(|m| m.max_stamp(dst.off, dst.len) <= t);
+            if fresh {
+                self.elided_bytes += src.len as u64;
+                return;
+            }
+        }
+        let stamp = self.next_stamp();
+        if src.host == dst.host && src.mr == dst.mr {
+            let Some(m) = mems[src.host].mr_mut(src.mr) else { return };
+            m.buf.copy_within(src.off..src.off + src.len, dst.off);
+            m.stamp(dst.off, dst.len, stamp);
+        } else if src.host == dst.host {
+            let store = &mut mems[src.host];
+            let (s, d) = two_mut(&mut store.mrs, src.mr as usize, dst.mr as usize);
+            let (Some(s), Some(d)) = (s, d) else { return };
+            d.buf[dst.off..dst.off + dst.len].copy_from_slice(&s.buf[src.off..src.off + src.len]);
+            d.stamp(dst.off, dst.len, stamp);
+        } else {
+            let (a, b) = two_mut(mems, src.host, dst.host);
+            let (Some(s), Some(d)) = (a.mr_mut(src.mr), b.mr_mut(dst.mr)) else { return };
+            d.buf[dst.off..dst.off + dst.len].copy_from_slice(&s.buf[src.off..src.off + src.len]);
+            d.stamp(dst.off, dst.len, stamp);
+        }
+        self.copied_bytes += src.len as u64;
+        if self.done.len() > 65_536 {
+            self.done.clear();
+        }
+        self.done.insert(key, stamp);
+    }
+
+    /// Writes `data` (an inline payload) into `dst`.
+    pub fn write_bytes(&mut self, mems: &mut [MemStore], data: &[u8], dst: Span) {
+        let stamp = self.next_stamp();
+        if let Some(d) = mems[dst.host].mr_mut(dst.mr) {
+            d.buf[dst.off..dst.off + dst.len].copy_from_slice(data);
+            d.stamp(dst.off, dst.len, stamp);
+            self.copied_bytes += data.len() as u64;
+        }
+    }
+}
+
+/// Two distinct mutable elements of a slice.
+fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    assert_ne!(a, b);
+    if a < b {
+        let (l, r) = v.split_at_mut(b);
+        (&mut l[a], &mut r[0])
+    } else {
+        let (l, r) = v.split_at_mut(a);
+        (&mut r[0], &mut l[b])
+    }
+}
+
+impl MemStore {
+    /// Resolves a local key without PD or rights checks (the requester's
+    /// SGEs were checked when the WQE was dispatched).
+    pub(crate) fn resolve_any(&self, key: u32, addr: u64, len: u64) -> Result<(u32, usize), KeyFault> {
+        let idx = key >> 8;
+        let mr = self.mrs.get(idx as usize).and_then(Option::as_ref).ok_or(KeyFault::UnknownKey)?;
+        if mr.key != key || addr < mr.addr || addr + len > mr.addr + mr.len() as u64 {
+            return Err(KeyFault::OutOfBounds);
+        }
+        Ok((idx, (addr - mr.addr) as usize))
+    }
+}

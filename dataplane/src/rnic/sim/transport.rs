@@ -1,0 +1,401 @@
+//! The RC transport: what the responder does with an arriving message
+//! (key checks, placing the bytes, consuming RECVs, READ responses), the
+//! answers (ACK, NAK, RNR NAK) back at the requester, in-order completion,
+//! and the ERR state's flush.
+
+use smallvec::SmallVec;
+
+use super::memory::Span;
+use super::qp::WqeStage;
+use super::wire::{Seg, SegKind};
+use super::world::{Answer, Event, World};
+use crate::rnic::{AccessFlags, QpState, Sge, Wc, WcOpcode, WcStatus, WrOpcode};
+
+/// The bytes of a request: gathered SGEs or an inline copy.
+enum Source {
+    Sges(SmallVec<[Sge; 2]>),
+    Inline(SmallVec<[u8; 32]>),
+}
+
+impl World {
+    fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64) {
+        let at = self.now + delay;
+        self.schedule(at, Event::Answer { host: h, qp: qi, wqe, epoch, answer });
+    }
+
+    fn ack_delay(&self) -> u64 {
+        self.prof.ack_turnaround_ps + self.prof.propagation_ps + self.prof.cqe_write_ps
+    }
+
+    pub(crate) fn on_deliver(&mut self, seg: Seg) {
+        match seg.kind {
+            SegKind::Request => self.deliver_request(seg),
+            SegKind::ReadResponse => self.deliver_read_response(seg),
+        }
+    }
+
+    fn deliver_request(&mut self, seg: Seg) {
+        let (h, qi) = (seg.src_host, seg.qp);
+        let Some(q) = self.qp(h, qi) else { return };
+        let Some(peer) = q.peer else { return };
+        let Some(e) = q.entry(seg.wqe) else { return };
+        let (op, len) = (e.op, e.len);
+        let source = match &e.inline {
+            Some(b) => Source::Inline(b.clone()),
+            None => Source::Sges(e.sgl.clone()),
+        };
+        let delay = self.ack_delay();
+        let r = peer.host;
+        let responder_ok = self.qp(r, peer.qp).is_some_and(|rq| matches!(rq.state, QpState::Rtr | QpState::Rts));
+        if !responder_ok {
+            let timeout = self.prof.transport_timeout_ps * (q.retry_cnt as u64 + 1);
+            self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RetryExcErr), timeout);
+            return;
+        }
+        let Some(rq) = self.qp(r, peer.qp) else { return };
+        if seg.epoch < rq.resp_min_epoch {
+            return;
+        }
+        let (rpd, raccess) = (rq.pd, rq.access);
+        let nak = |w: &mut World, status: WcStatus| {
+            if let Some(rq) = w.qp_mut(r, peer.qp) {
+                rq.resp_min_epoch = seg.epoch + 1;
+            }
+            w.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(status), delay);
+        };
+        match op {
+            WrOpcode::Write { remote } | WrOpcode::WriteImm { remote, .. } => {
+                let imm = if let WrOpcode::WriteImm { imm, .. } = op { Some(imm) } else { None };
+                if imm.is_some() && self.qp(r, peer.qp).is_some_and(|rq| rq.rq.is_empty()) {
+                    return self.rnr(seg, r, peer.qp);
+                }
+                let dst = match self.mems[r].resolve(remote.rkey, remote.addr, len, rpd, AccessFlags::REMOTE_WRITE) {
+                    Ok(_) if !raccess.contains(AccessFlags::REMOTE_WRITE) => return nak(self, WcStatus::RemAccessErr),
+                    Ok((mr, off)) => Span { host: r, mr, off, len: len as usize },
+                    Err(_) => return nak(self, WcStatus::RemAccessErr),
+                };
+                self.place(h, &source, &[dst]);
+                if let Some(imm) = imm {
+                    let Some(recv) = self.qp_mut(r, peer.qp).and_then(|rq| rq.rq.pop_front()) else { return };
+                    self.recv_cqe(r, peer.qp, recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, len, Some(imm));
+                }
+                self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay);
+            }
+            WrOpcode::Send | WrOpcode::SendImm { .. } => {
+                let imm = if let WrOpcode::SendImm { imm } = op { Some(imm) } else { None };
+                let Some(recv) = self.qp_mut(r, peer.qp).and_then(|rq| rq.rq.pop_front()) else {
+                    return self.rnr(seg, r, peer.qp);
+                };
+                let room: u64 = recv.sgl.iter().map(|s| s.length as u64).sum();
+                if room < len {
+                    self.recv_cqe(r, peer.qp, recv.wr_id, WcStatus::LocLenErr, WcOpcode::Recv, 0, None);
+                    self.qp_error(r, peer.qp);
+                    return nak(self, WcStatus::RemInvReqErr);
+                }
+                let mut spans: SmallVec<[Span; 2]> = SmallVec::new();
+                let mut left = len;
+                for s in &recv.sgl {
+                    if left == 0 {
+                        break;
+                    }
+                    let n = left.min(s.length as u64);
+                    match self.mems[r].resolve(s.lkey, s.addr, n, rpd, AccessFlags::LOCAL_WRITE) {
+                        Ok((mr, off)) => spans.push(Span { host: r, mr, off, len: n as usize }),
+                        Err(_) => {
+                            self.recv_cqe(r, peer.qp, recv.wr_id, WcStatus::LocProtErr, WcOpcode::Recv, 0, None);
+                            self.qp_error(r, peer.qp);
+                            return nak(self, WcStatus::RemOpErr);
+                        }
+                    }
+                    left -= n;
+                }
+                self.place(h, &source, &spans);
+                self.recv_cqe(r, peer.qp, recv.wr_id, WcStatus::Success, WcOpcode::Recv, len, imm);
+                self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay);
+            }
+            WrOpcode::Read { remote } => {
+                if self.mems[r].resolve(remote.rkey, remote.addr, len, rpd, AccessFlags::REMOTE_READ).is_err()
+                    || !raccess.contains(AccessFlags::REMOTE_READ)
+                {
+                    return nak(self, WcStatus::RemAccessErr);
+                }
+                let tc = self.qp(r, peer.qp).map_or(0, |rq| rq.tc);
+                let resp = Seg {
+                    src_host: r,
+                    dst_host: h,
+                    qp: qi,
+                    wqe: seg.wqe,
+                    epoch: seg.epoch,
+                    bytes: len as u32,
+                    pkts: self.pkts_for(len as u32),
+                    sent_pkts: 0,
+                    first_extra: 4,
+                    last: true,
+                    kind: SegKind::ReadResponse,
+                    tc,
+                };
+                self.enqueue_seg(resp);
+            }
+            WrOpcode::Wait { .. } | WrOpcode::SendEnable { .. } | WrOpcode::Nop => {}
+        }
+    }
+
+    fn rnr(&mut self, seg: Seg, r: usize, rqi: u32) {
+        if let Some(rq) = self.qp_mut(r, rqi) {
+            rq.resp_min_epoch = seg.epoch + 1;
+        }
+        let delay = self.ack_delay();
+        self.answer_at(seg.src_host, seg.qp, seg.wqe, seg.epoch, Answer::Rnr, delay);
+    }
+
+    fn deliver_read_response(&mut self, seg: Seg) {
+        let (h, qi) = (seg.dst_host, seg.qp);
+        let Some(q) = self.qp(h, qi) else { return };
+        if q.epoch != seg.epoch || q.state != QpState::Rts {
+            return;
+        }
+        let Some(peer) = q.peer else { return };
+        let Some(e) = q.entry(seg.wqe) else { return };
+        let WrOpcode::Read { remote } = e.op else { return };
+        let (len, sgl, pd) = (e.len, e.sgl.clone(), q.pd);
+        let rpd = self.qp(peer.host, peer.qp).map_or(u32::MAX, |rq| rq.pd);
+        let src = match self.mems[peer.host].resolve(remote.rkey, remote.addr, len, rpd, AccessFlags::REMOTE_READ) {
+            Ok((mr, off)) => Span { host: peer.host, mr, off, len: len as usize },
+            Err(_) => {
+                let d = self.prof.cqe_write_ps;
+                return self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RemAccessErr), d);
+            }
+        };
+        let mut off = 0usize;
+        for s in &sgl {
+            let Ok((mr, doff)) = self.mems[h].resolve(s.lkey, s.addr, s.length as u64, pd, AccessFlags::LOCAL_WRITE)
+            else {
+                continue;
+            };
+            let piece = Span { host: peer.host, mr: src.mr, off: src.off + off, len: s.length as usize };
+            self.copier.copy(&mut self.mems, piece, Span { host: h, mr, off: doff, len: s.length as usize });
+            off += s.length as usize;
+        }
+        let d = self.prof.cqe_write_ps;
+        self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, d);
+    }
+
+    /// Copies a request's bytes (gathered from requester host `h`) into `dst`.
+    fn place(&mut self, h: usize, source: &Source, dst: &[Span]) {
+        match source {
+            Source::Inline(bytes) => {
+                let mut at = 0;
+                for d in dst {
+                    self.copier.write_bytes(&mut self.mems, &bytes[at..at + d.len], *d);
+                    at += d.len;
+                }
+            }
+            Source::Sges(sgl) => {
+                let mut srcs: SmallVec<[Span; 2]> = SmallVec::new();
+                for s in sgl {
+                    if let Ok((mr, off)) = self.mems[h].resolve_any(s.lkey, s.addr, s.length as u64) {
+                        srcs.push(Span { host: h, mr, off, len: s.length as usize });
+                    }
+                }
+                let (mut si, mut so, mut di, mut doff) = (0usize, 0usize, 0usize, 0usize);
+                while si < srcs.len() && di < dst.len() {
+                    let n = (srcs[si].len - so).min(dst[di].len - doff);
+                    let a = Span { off: srcs[si].off + so, len: n, ..srcs[si] };
+                    let b = Span { off: dst[di].off + doff, len: n, ..dst[di] };
+                    self.copier.copy(&mut self.mems, a, b);
+                    so += n;
+                    doff += n;
+                    if so == srcs[si].len {
+                        si += 1;
+                        so = 0;
+                    }
+                    if doff == dst[di].len {
+                        di += 1;
+                        doff = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_answer(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer) {
+        let rnr_timer = self.prof.rnr_timer_ps;
+        let now = self.now;
+        let Some(q) = self.qp_mut(h, qi) else { return };
+        if q.epoch != epoch || q.state != QpState::Rts {
+            return;
+        }
+        match answer {
+            Answer::Ack => {
+                if let Some(e) = q.entry_mut(wqe) {
+                    e.stage = WqeStage::Done(WcStatus::Success);
+                    let len = e.len;
+                    q.stats.bytes += len;
+                    q.stats.data_wqes += 1;
+                }
+                q.rnr_left = q.rnr_retry;
+            }
+            Answer::Nak(status) => {
+                if let Some(e) = q.entry_mut(wqe) {
+                    e.stage = WqeStage::Done(status);
+                }
+            }
+            Answer::Rnr => {
+                if q.rnr_left == 0 {
+                    if let Some(e) = q.entry_mut(wqe) {
+                        e.stage = WqeStage::Done(WcStatus::RnrRetryExcErr);
+                    }
+                } else {
+                    if q.rnr_left != 7 {
+                        q.rnr_left -= 1;
+                    }
+                    q.epoch += 1;
+                    q.stall_until = now + rnr_timer;
+                    q.exec_next = wqe;
+                    for i in wqe..q.sq_end() {
+                        if let Some(e) = q.entry_mut(i) {
+                            e.sent = 0;
+                            e.stage = WqeStage::Queued;
+                        }
+                    }
+                    self.requeue(h, qi);
+                    return;
+                }
+            }
+        }
+        self.complete_in_order(h, qi);
+    }
+
+    /// Produces CQEs, in send-queue order, for every decided WQE at the
+    /// front; an error completion moves the QP to ERR.
+    pub(crate) fn complete_in_order(&mut self, h: usize, qi: u32) {
+        let now_ns = self.now / super::profile::PS_PER_NS;
+        loop {
+            let Some(q) = self.qp_mut(h, qi) else { return };
+            let idx = q.complete_next;
+            let Some(e) = q.entry(idx) else { return };
+            let WqeStage::Done(status) = e.stage else { return };
+            let report = e.signaled || q.sig_all || !status.is_ok();
+            let wc = Wc {
+                wr_id: e.wr_id,
+                status,
+                opcode: wc_opcode(&e.op),
+                byte_len: e.len as u32,
+                imm: None,
+                qp_num: q.qp_num,
+                timestamp_ns: now_ns,
+            };
+            let cq = q.send_cq;
+            q.complete_next += 1;
+            if report {
+                while q.sq_base <= idx {
+                    q.sq.pop_front();
+                    q.sq_base += 1;
+                }
+                self.push_cqe(h, cq, wc);
+            }
+            if !status.is_ok() {
+                self.qp_error(h, qi);
+                return;
+            }
+        }
+    }
+
+    fn recv_cqe(
+        &mut self,
+        h: usize,
+        qi: u32,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        len: u64,
+        imm: Option<u32>,
+    ) {
+        let Some(q) = self.qp(h, qi) else { return };
+        let wc =
+            Wc { wr_id, status, opcode, byte_len: len as u32, imm, qp_num: q.qp_num, timestamp_ns: self.now / 1000 };
+        let cq = q.recv_cq;
+        self.push_cqe(h, cq, wc);
+    }
+
+    /// Writes a CQE; an overrun puts the CQ and its QPs in error.
+    pub(crate) fn push_cqe(&mut self, h: usize, cq: u32, wc: Wc) {
+        let Some(c) = self.hosts[h].cqs.get_mut(cq as usize).and_then(Option::as_mut) else { return };
+        if c.overrun {
+            return;
+        }
+        if !c.push(wc) {
+            let users: Vec<u32> = self.hosts[h]
+                .qps
+                .iter()
+                .enumerate()
+                .filter_map(|(i, q)| q.as_ref().filter(|q| q.send_cq == cq || q.recv_cq == cq).map(|_| i as u32))
+                .collect();
+            for qi in users {
+                self.qp_error(h, qi);
+            }
+            return;
+        }
+        self.wake_waiters(h, cq);
+    }
+
+    /// Moves a QP to ERR and flushes its outstanding work.
+    pub(crate) fn qp_error(&mut self, h: usize, qi: u32) {
+        let now_ns = self.now / 1000;
+        let Some(q) = self.qp_mut(h, qi) else { return };
+        if q.state == QpState::Err {
+            return;
+        }
+        q.state = QpState::Err;
+        q.epoch += 1;
+        let (scq, rcq, qpn) = (q.send_cq, q.recv_cq, q.qp_num);
+        let mut flushed: Vec<Wc> = Vec::new();
+        for i in q.complete_next..q.sq_end() {
+            if let Some(e) = q.entry(i) {
+                flushed.push(Wc {
+                    wr_id: e.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: wc_opcode(&e.op),
+                    byte_len: 0,
+                    imm: None,
+                    qp_num: qpn,
+                    timestamp_ns: now_ns,
+                });
+            }
+        }
+        let end = q.sq_end();
+        q.sq.clear();
+        q.sq_base = end;
+        q.exec_next = end;
+        q.proc_next = end;
+        q.complete_next = end;
+        let recvs: Vec<u64> = q.rq.drain(..).map(|r| r.wr_id).collect();
+        for wc in flushed {
+            self.push_cqe(h, scq, wc);
+        }
+        for wr_id in recvs {
+            let wc = Wc {
+                wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+                qp_num: qpn,
+                timestamp_ns: now_ns,
+            };
+            self.push_cqe(h, rcq, wc);
+        }
+    }
+}
+
+/// The completion opcode of a send WQE.
+pub(crate) fn wc_opcode(op: &WrOpcode) -> WcOpcode {
+    match op {
+        WrOpcode::Write { .. } | WrOpcode::WriteImm { .. } => WcOpcode::Write,
+        WrOpcode::Send | WrOpcode::SendImm { .. } => WcOpcode::Send,
+        WrOpcode::Read { .. } => WcOpcode::Read,
+        WrOpcode::Wait { .. } => WcOpcode::Wait,
+        WrOpcode::SendEnable { .. } => WcOpcode::SendEnable,
+        WrOpcode::Nop => WcOpcode::Nop,
+    }
+}

@@ -1,0 +1,289 @@
+//! The egress port and the link: per-class queues of dispatched segments,
+//! the packet scheduler between classes (FIFO, strict priority or ETS
+//! deficit round-robin), serialisation at link rate, and propagation to the
+//! peer.
+//!
+//! A segment is the part of one message that one scheduling turn
+//! dispatched. The wire sends it as MTU packets; while only one class has
+//! traffic a segment is sent as one run of packets (one event), and a run is
+//! cut at the next packet boundary when another class must get the wire.
+
+use std::collections::VecDeque;
+
+use super::profile::{Ps, TcScheduler};
+use super::world::{Event, World};
+use crate::rnic::QpState;
+
+/// What a segment carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SegKind {
+    /// Request packets: WRITE / SEND payload, or a READ request.
+    Request,
+    /// READ response payload, from responder to requester.
+    ReadResponse,
+}
+
+/// Dispatched packets of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seg {
+    pub src_host: usize,
+    pub dst_host: usize,
+    /// The requester QP (index on the requester's host).
+    pub qp: u32,
+    /// The requester WQE (absolute index).
+    pub wqe: u64,
+    pub epoch: u32,
+    /// Payload bytes in this segment.
+    pub bytes: u32,
+    pub pkts: u32,
+    pub sent_pkts: u32,
+    /// Extra transport header on the first packet (RETH).
+    pub first_extra: u32,
+    /// Whether this is the message's last segment (its arrival is delivered).
+    pub last: bool,
+    pub kind: SegKind,
+    pub tc: u8,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    queue: usize,
+    start: Ps,
+    end: Ps,
+    pkts: u32,
+}
+
+/// Port counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Time the wire spent transmitting, in ps.
+    pub busy_ps: u64,
+    /// Payload bytes transmitted.
+    pub payload_bytes: u64,
+    /// Frames transmitted.
+    pub frames: u64,
+}
+
+/// One host's egress port.
+#[derive(Default)]
+pub(crate) struct Port {
+    queues: [VecDeque<Seg>; 8],
+    queued_ps: [Ps; 8],
+    run: Option<Run>,
+    gen: u64,
+    deficit: [i64; 8],
+    dwrr_at: usize,
+    pub counters: PortCounters,
+}
+
+impl Port {
+    /// Wire time still queued for `queue` at `now` (not yet transmitted).
+    pub fn backlog_ps(&self, queue: usize, now: Ps) -> Ps {
+        let running = match self.run {
+            Some(r) if r.queue == queue => r.end.saturating_sub(now),
+            _ => 0,
+        };
+        self.queued_ps[queue] + running
+    }
+}
+
+/// Which port queue a class uses under a scheduler.
+pub(crate) fn queue_of(sched: &TcScheduler, tc: u8) -> usize {
+    match sched {
+        TcScheduler::RoundRobin => 0,
+        _ => (tc & 7) as usize,
+    }
+}
+
+impl World {
+    fn seg_frame_bytes(&self, seg: &Seg, from: u32, k: u32) -> u64 {
+        let mtu = self.prof.mtu as u64;
+        let last_payload = seg.bytes as u64 - (seg.pkts as u64 - 1) * mtu;
+        let payload = if from + k >= seg.pkts { (k as u64 - 1) * mtu + last_payload } else { k as u64 * mtu };
+        let extra = if from == 0 { seg.first_extra as u64 } else { 0 };
+        payload + extra + k as u64 * (self.prof.header_bytes + self.prof.preamble_ifg_bytes) as u64
+    }
+
+    fn seg_ps(&self, seg: &Seg, from: u32, k: u32) -> Ps {
+        self.prof.wire_ps(self.seg_frame_bytes(seg, from, k))
+    }
+
+    /// Number of packets a segment of `bytes` payload needs.
+    pub fn pkts_for(&self, bytes: u32) -> u32 {
+        bytes.div_ceil(self.prof.mtu).max(1)
+    }
+
+    /// Puts a dispatched segment on `seg.src_host`'s port.
+    pub fn enqueue_seg(&mut self, seg: Seg) {
+        if seg.src_host == seg.dst_host {
+            let at = self.now + self.prof.loopback_ps;
+            if seg.last {
+                self.schedule(at, Event::Deliver { seg });
+            }
+            return;
+        }
+        let h = seg.src_host;
+        let q = queue_of(&self.hosts[h].tc_sched, seg.tc);
+        let ps = self.seg_ps(&seg, 0, seg.pkts);
+        let host = &mut self.hosts[h];
+        host.port.queued_ps[q] += ps;
+        host.port.queues[q].push_back(seg);
+        match host.port.run {
+            None => self.start_run(h),
+            Some(run) if run.queue != q => {
+                let preempt = match &self.hosts[h].tc_sched {
+                    TcScheduler::RoundRobin => false,
+                    TcScheduler::StrictPriority => q > run.queue,
+                    TcScheduler::Ets(_) => true,
+                };
+                if preempt {
+                    self.cut_run(h);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Shortens the current run to the packets already started.
+    fn cut_run(&mut self, h: usize) {
+        let Some(run) = self.hosts[h].port.run else { return };
+        let Some(seg) = self.hosts[h].port.queues[run.queue].front().copied() else { return };
+        let mut k = 1;
+        while k < run.pkts && run.start + self.seg_ps(&seg, seg.sent_pkts, k) <= self.now {
+            k += 1;
+        }
+        if k >= run.pkts {
+            return;
+        }
+        let new_end = run.start + self.seg_ps(&seg, seg.sent_pkts, k);
+        let removed = run.end - new_end;
+        let port = &mut self.hosts[h].port;
+        port.queued_ps[run.queue] += removed;
+        port.gen += 1;
+        port.run = Some(Run { end: new_end, pkts: k, ..run });
+        let gen = port.gen;
+        self.schedule(new_end, Event::WireDone { host: h, gen });
+    }
+
+    fn pick_queue(&mut self, h: usize) -> Option<usize> {
+        let host = &mut self.hosts[h];
+        let busy: u32 = (0..8).filter(|&q| !host.port.queues[q].is_empty()).fold(0, |m, q| m | (1 << q));
+        if busy == 0 {
+            return None;
+        }
+        let lowest = busy.trailing_zeros() as usize;
+        match &host.tc_sched {
+            TcScheduler::RoundRobin => Some(lowest),
+            TcScheduler::StrictPriority => Some(31 - busy.leading_zeros() as usize),
+            TcScheduler::Ets(weights) => {
+                if busy.count_ones() == 1 {
+                    host.port.deficit = [0; 8];
+                    return Some(lowest);
+                }
+                let quantum = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64 * 4200;
+                let mut at = host.port.dwrr_at;
+                for _ in 0..16 {
+                    if host.port.queues[at].is_empty() {
+                        host.port.deficit[at] = 0;
+                    } else if host.port.deficit[at] > 0 {
+                        host.port.dwrr_at = at;
+                        return Some(at);
+                    } else {
+                        host.port.deficit[at] += quantum(at);
+                        if host.port.deficit[at] > 0 {
+                            host.port.dwrr_at = at;
+                            return Some(at);
+                        }
+                    }
+                    at = (at + 1) % 8;
+                }
+                Some(lowest)
+            }
+        }
+    }
+
+    /// Starts transmitting, if the wire is idle and something is queued.
+    pub(crate) fn start_run(&mut self, h: usize) {
+        if self.hosts[h].port.run.is_some() {
+            return;
+        }
+        loop {
+            let Some(q) = self.pick_queue(h) else { return };
+            let Some(seg) = self.hosts[h].port.queues[q].front().copied() else { return };
+            if !self.seg_alive(&seg) {
+                let left = self.seg_ps(&seg, seg.sent_pkts, seg.pkts - seg.sent_pkts);
+                let port = &mut self.hosts[h].port;
+                port.queued_ps[q] -= left;
+                port.queues[q].pop_front();
+                continue;
+            }
+            let others = (0..8).any(|o| o != q && !self.hosts[h].port.queues[o].is_empty());
+            let remaining = seg.pkts - seg.sent_pkts;
+            let k = match &self.hosts[h].tc_sched {
+                TcScheduler::Ets(_) if others => {
+                    let deficit = self.hosts[h].port.deficit[q];
+                    let mut k = 1;
+                    while k < remaining && (self.seg_frame_bytes(&seg, seg.sent_pkts, k + 1) as i64) <= deficit {
+                        k += 1;
+                    }
+                    k
+                }
+                _ => remaining,
+            };
+            let ps = self.seg_ps(&seg, seg.sent_pkts, k);
+            let now = self.now;
+            let port = &mut self.hosts[h].port;
+            port.queued_ps[q] -= ps;
+            port.gen += 1;
+            port.run = Some(Run { queue: q, start: now, end: now + ps, pkts: k });
+            let gen = port.gen;
+            self.schedule(now + ps, Event::WireDone { host: h, gen });
+            return;
+        }
+    }
+
+    /// Whether a queued segment still belongs to a live exchange.
+    fn seg_alive(&self, seg: &Seg) -> bool {
+        let req_host = match seg.kind {
+            SegKind::Request => seg.src_host,
+            SegKind::ReadResponse => seg.dst_host,
+        };
+        self.qp(req_host, seg.qp).is_some_and(|q| q.epoch == seg.epoch && q.state == QpState::Rts)
+    }
+
+    pub(crate) fn on_wire_done(&mut self, h: usize, gen: u64) {
+        let port = &self.hosts[h].port;
+        if port.gen != gen {
+            return;
+        }
+        let Some(run) = port.run else { return };
+        let Some(seg) = port.queues[run.queue].front().copied() else { return };
+        let frame = self.seg_frame_bytes(&seg, seg.sent_pkts, run.pkts);
+        let overhead = run.pkts as u64 * (self.prof.header_bytes + self.prof.preamble_ifg_bytes) as u64
+            + if seg.sent_pkts == 0 { seg.first_extra as u64 } else { 0 };
+        let is_ets = matches!(self.hosts[h].tc_sched, TcScheduler::Ets(_));
+        let port = &mut self.hosts[h].port;
+        port.counters.busy_ps += run.end - run.start;
+        port.counters.payload_bytes += frame - overhead;
+        port.counters.frames += run.pkts as u64;
+        if is_ets {
+            port.deficit[run.queue] -= frame as i64;
+        }
+        port.run = None;
+        let done = {
+            let s = port.queues[run.queue].front_mut().expect("segment under transmission");
+            s.sent_pkts += run.pkts;
+            s.sent_pkts >= s.pkts
+        };
+        if done {
+            port.queues[run.queue].pop_front();
+            if seg.last {
+                let jitter = self.jitter(self.prof.rx_jitter_ps);
+                let at = self.now + self.prof.propagation_ps + self.prof.rx_process_ps + jitter;
+                self.schedule(at, Event::Deliver { seg });
+            }
+        }
+        self.start_run(h);
+        self.arbitrate(h);
+    }
+}

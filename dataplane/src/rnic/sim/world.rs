@@ -1,0 +1,192 @@
+//! The simulated world: hosts, their NICs, the link between them, and the
+//! discrete-event queue that advances them. Deterministic: events at the
+//! same instant run in the order they were scheduled, and all randomness
+//! comes from one seeded generator.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use super::cq::CqState;
+use super::memory::{CopyEngine, MemStore};
+use super::profile::{Ps, RnicProfile, TcScheduler};
+use super::qp::SimQp;
+use super::sched::Scheduler;
+use super::wire::{Port, Seg};
+use crate::rnic::{Gid, WcStatus};
+
+/// How a response reaches the requester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Positive acknowledgement.
+    Ack,
+    /// Negative acknowledgement: the WQE fails with this status.
+    Nak(WcStatus),
+    /// Receiver not ready: retry later.
+    Rnr,
+}
+
+/// Something that happens at an instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// A QP's head WQE finished processing.
+    QpReady { host: usize, qp: u32 },
+    /// The scheduler may dispatch again (its busy time ended, or egress drained).
+    Sched { host: usize },
+    /// The wire finished its current run of packets.
+    WireDone { host: usize, gen: u64 },
+    /// The last packet of a message (or a READ request) reached `seg.dst_host`.
+    Deliver { seg: Seg },
+    /// An answer to WQE `wqe` of requester QP `qp` arrived back.
+    Answer { host: usize, qp: u32, wqe: u64, epoch: u32, answer: Answer },
+}
+
+#[derive(PartialEq, Eq)]
+struct Scheduled {
+    at: Ps,
+    seq: u64,
+    ev: Event,
+}
+
+impl Ord for Scheduled {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// One host: its NIC's objects, scheduler and port.
+pub(crate) struct Host {
+    pub gid: Gid,
+    pub pds: u32,
+    pub cqs: Vec<Option<CqState>>,
+    pub qps: Vec<Option<SimQp>>,
+    pub sched: Scheduler,
+    pub port: Port,
+    pub tc_sched: TcScheduler,
+}
+
+/// First QP number handed out (QPNs below are reserved, as on real NICs).
+pub(crate) const QPN_BASE: u32 = 0x100;
+
+/// Everything the simulator knows.
+pub(crate) struct World {
+    pub now: Ps,
+    seq: u64,
+    events: BinaryHeap<Reverse<Scheduled>>,
+    pub prof: RnicProfile,
+    pub hosts: Vec<Host>,
+    pub mems: Vec<MemStore>,
+    pub copier: CopyEngine,
+    rng: ChaCha8Rng,
+    /// Events processed so far.
+    pub events_run: u64,
+}
+
+impl World {
+    pub fn new(prof: RnicProfile, hosts: usize, seed: u64) -> Self {
+        let hosts_v = (0..hosts)
+            .map(|h| {
+                let mut gid = [0u8; 16];
+                gid[10] = 0xff;
+                gid[11] = 0xff;
+                gid[12..16].copy_from_slice(&[10, 0, 0, h as u8 + 1]);
+                Host {
+                    gid,
+                    pds: 0,
+                    cqs: Vec::new(),
+                    qps: Vec::new(),
+                    sched: Scheduler::default(),
+                    port: Port::default(),
+                    tc_sched: TcScheduler::RoundRobin,
+                }
+            })
+            .collect();
+        World {
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            prof,
+            hosts: hosts_v,
+            mems: (0..hosts).map(MemStore::new).collect(),
+            copier: CopyEngine::default(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            events_run: 0,
+        }
+    }
+
+    pub fn schedule(&mut self, at: Ps, ev: Event) {
+        let at = at.max(self.now);
+        self.seq += 1;
+        self.events.push(Reverse(Scheduled { at, seq: self.seq, ev }));
+    }
+
+    /// Time of the next pending event.
+    pub fn next_event_at(&self) -> Option<Ps> {
+        self.events.peek().map(|Reverse(s)| s.at)
+    }
+
+    /// Runs every event up to and including `t`, then sets the clock to `t`.
+    pub fn advance_to(&mut self, t: Ps) {
+        while let Some(Reverse(s)) = self.events.peek() {
+            if s.at > t {
+                break;
+            }
+            let Some(Reverse(s)) = self.events.pop() else { break };
+            self.now = s.at;
+            self.events_run += 1;
+            self.dispatch(s.ev);
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Runs all events at the next event instant. Returns `false` if none.
+    pub fn step(&mut self) -> bool {
+        match self.next_event_at() {
+            Some(t) => {
+                self.advance_to(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn dispatch(&mut self, ev: Event) {
+        match ev {
+            Event::QpReady { host, qp } => self.on_qp_ready(host, qp),
+            Event::Sched { host } => self.arbitrate(host),
+            Event::WireDone { host, gen } => self.on_wire_done(host, gen),
+            Event::Deliver { seg } => self.on_deliver(seg),
+            Event::Answer { host, qp, wqe, epoch, answer } => self.on_answer(host, qp, wqe, epoch, answer),
+        }
+    }
+
+    /// An exponentially distributed jitter with the given mean.
+    pub fn jitter(&mut self, mean: Ps) -> Ps {
+        if mean == 0 {
+            return 0;
+        }
+        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let x = -(1.0 - u).ln() * mean as f64;
+        x.min(mean as f64 * 50.0) as Ps
+    }
+
+    pub fn qp(&self, host: usize, qp: u32) -> Option<&SimQp> {
+        self.hosts.get(host)?.qps.get(qp as usize)?.as_ref()
+    }
+
+    pub fn qp_mut(&mut self, host: usize, qp: u32) -> Option<&mut SimQp> {
+        self.hosts.get_mut(host)?.qps.get_mut(qp as usize)?.as_mut()
+    }
+
+    pub fn host_by_gid(&self, gid: &Gid) -> Option<usize> {
+        self.hosts.iter().position(|h| &h.gid == gid)
+    }
+}
