@@ -5,9 +5,14 @@
 //! - [`rnic`]: the verbs-level backend trait [`rnic::Rnic`] that everything
 //!   above it speaks, and its backends: the simulated ConnectX-6-class NIC
 //!   ([`rnic::sim`]) and, behind the `verbs` feature, real ibverbs.
+//! - [`engine`]: the poll-mode dataplane loop (split, zero-weight WRs, QP
+//!   pause/resume through control QPs) and the tenant API.
+//! - [`policy`]: the policy host and the built-in native policies.
 //! - [`perftest`]: perftest-style traffic generators (`ib_write_bw`,
 //!   `ib_write_lat`) that drive an RNIC directly, with no dataplane or policy
 //!   in between, and the calibration suite built from them.
 
+pub mod engine;
 pub mod perftest;
+pub mod policy;
 pub mod rnic;

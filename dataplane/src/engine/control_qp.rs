@@ -1,0 +1,69 @@
+//! The preemption control QP (PCQ): one per tenant, a managed,
+//! cross-channel RC QP connected to itself, with its own ignore-overrun
+//! CQ. It carries one signaled NOP per planned hand-off; a data QP that
+//! gives the NIC to another posts `SEND_ENABLE(PCQ, 1)` at the end of its
+//! stream, which completes the next NOP, which bumps the PCQ's completion
+//! count, which satisfies the `WAIT(PCQ CQ, count)` at the head of the QP
+//! that takes over. The switch happens inside the NIC with no CPU on the
+//! path and no gap on the wire.
+//!
+//! Per tenant rather than per NIC: a tenant's hand-offs are ordered among
+//! its own QPs only, so one tenant's rotation never waits on another's
+//! count, and a tenant in error cannot stall the others.
+
+use crate::rnic::{
+    AccessFlags, CqAttr, CqHandle, PdHandle, QpCaps, QpHandle, QpInitAttr, Rnic, RnicError, SendWr, WrOpcode,
+};
+
+/// One tenant's preemption control QP.
+pub struct ControlQp {
+    /// The managed QP.
+    pub qp: QpHandle,
+    /// Its CQ: the counter data QPs wait on.
+    pub cq: CqHandle,
+    /// Hand-offs planned so far (NOPs posted); the next hand-off makes the
+    /// count `planned + 1`.
+    pub planned: u64,
+}
+
+impl ControlQp {
+    /// Creates and connects the PCQ (to itself).
+    pub fn new(nic: &mut dyn Rnic, pd: PdHandle) -> Result<Self, RnicError> {
+        let cq = nic.create_cq(CqAttr { depth: 64, ignore_overrun: true })?;
+        let mut attr = QpInitAttr::new(cq, cq);
+        attr.caps = QpCaps { max_send_wr: 4096, max_recv_wr: 1, ..QpCaps::default() };
+        attr.cross_channel = true;
+        attr.managed_send = true;
+        let qp = nic.create_qp(pd, attr)?;
+        let me = crate::rnic::connect::endpoint(nic, qp.qp_num);
+        crate::rnic::connect::bring_up(nic, qp.handle, me, AccessFlags::empty())?;
+        Ok(ControlQp { qp: qp.handle, cq, planned: 0 })
+    }
+
+    /// Plans one hand-off: posts its NOP and returns the count that the
+    /// taking-over QP must WAIT for.
+    pub fn plan_handoff(&mut self, nic: &mut dyn Rnic) -> Result<u64, RnicError> {
+        nic.post_send(
+            self.qp,
+            &[SendWr {
+                wr_id: self.planned,
+                opcode: WrOpcode::Nop,
+                payload: crate::rnic::Payload::None,
+                signaled: true,
+            }],
+        )
+        .map_err(|e| e.error)?;
+        self.planned += 1;
+        Ok(self.planned)
+    }
+
+    /// The WQE a giving-up QP posts to release the next hand-off.
+    pub fn release(&self) -> WrOpcode {
+        WrOpcode::SendEnable { qp: self.qp, count: 1 }
+    }
+
+    /// The WQE a taking-over QP posts first: wait for hand-off `count`.
+    pub fn wait_for(&self, count: u64) -> WrOpcode {
+        WrOpcode::Wait { cq: self.cq, count }
+    }
+}

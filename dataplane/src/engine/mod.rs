@@ -1,0 +1,720 @@
+//! The poll-mode dataplane loop.
+//!
+//! [`Dataplane`] stands between tenants and the RNIC. Each [`Dataplane::round`]:
+//! 1. drains the tenants' request queues (bounded channels) into per-QP
+//!    software queues, asking the policy for each request's split plan;
+//! 2. keeps each tenant's active QP set within the policy's cap, rotating
+//!    after the quantum with an in-NIC hand-off through the tenant's
+//!    preemption control QP ([`control_qp`]);
+//! 3. posts each allowed QP's next WQEs as one post list ([`split`]);
+//! 4. polls the CQs, retires hidden WQEs and delivers each application
+//!    message's completion exactly once, in per-QP order;
+//! 5. on the policy's tick, hands it per-tenant statistics and applies the
+//!    plans it returns.
+//!
+//! The loop runs over any [`Rnic`]; [`Dataplane::run_pinned`] spins it on
+//! a core in real time.
+
+pub mod control_qp;
+mod qp;
+mod split;
+pub mod tenant;
+
+use std::collections::VecDeque;
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use perf_policy_sdk::{RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
+
+use crate::policy::PolicyHost;
+use crate::rnic::*;
+use control_qp::ControlQp;
+use qp::{Cursor, DpQp, Held, Meta};
+use split::{emit_chunk, WqeSpec};
+pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
+
+/// Settings of the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataplaneConfig {
+    /// Send-queue depth of each data QP.
+    pub sq_depth: u32,
+    /// Capacity of each tenant's request queue.
+    pub request_queue: usize,
+    /// Capacity of each tenant's completion queue.
+    pub completion_queue: usize,
+    /// Requests taken from one tenant per round.
+    pub max_requests_per_round: usize,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig { sq_depth: 2048, request_queue: 8192, completion_queue: 8192, max_requests_per_round: 512 }
+    }
+}
+
+/// Counters of the loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DataplaneCounters {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Rounds that did something.
+    pub busy_rounds: u64,
+    /// Application requests accepted.
+    pub requests: u64,
+    /// Requests refused at the door (bad QP index, foreign MR, bounds).
+    pub refused: u64,
+    /// WQEs posted (all kinds).
+    pub wqes_posted: u64,
+    /// Data WQEs posted (chunks and whole messages).
+    pub data_wqes: u64,
+    /// Zero-weight WRs posted.
+    pub zero_weight_wrs: u64,
+    /// Post lists (doorbells).
+    pub doorbells: u64,
+    /// Hidden completions drained (never shown to tenants).
+    pub hidden_completions: u64,
+    /// Application completions delivered.
+    pub completions: u64,
+    /// In-NIC hand-offs planned through control QPs.
+    pub handoffs: u64,
+    /// Policy ticks.
+    pub ticks: u64,
+}
+
+struct TenantState {
+    name: String,
+    pd: PdHandle,
+    req_rx: Receiver<WorkRequest>,
+    cpl_tx: Sender<Completion>,
+    overflow: VecDeque<Completion>,
+    qps: Vec<usize>,
+    mrs: Vec<Mr>,
+    pcq: Option<ControlQp>,
+    weight: u32,
+    rr: usize,
+    tick: TickAccum,
+}
+
+#[derive(Default, Clone, Copy)]
+struct TickAccum {
+    max_depth: u32,
+    ewma: f64,
+    max_msg: u64,
+    completed: u64,
+    bytes: u64,
+    lat_sum_ns: u64,
+}
+
+const WR_QP_SHIFT: u32 = 40;
+const WR_SEQ_MASK: u64 = (1 << WR_QP_SHIFT) - 1;
+/// Send-queue slots kept free for control WQEs (WAIT, SEND_ENABLE).
+const CTRL_RESERVE: u32 = 4;
+
+/// The dataplane over one RNIC.
+pub struct Dataplane<R: Rnic> {
+    nic: R,
+    cfg: DataplaneConfig,
+    send_cq: CqHandle,
+    recv_cq: CqHandle,
+    zw_cq: CqHandle,
+    tenants: Vec<TenantState>,
+    qps: Vec<DpQp>,
+    policy: PolicyHost,
+    plans: Vec<TenantPlan>,
+    next_tick_ns: u64,
+    wcs: Vec<Wc>,
+    specs: Vec<WqeSpec>,
+    counters: DataplaneCounters,
+}
+
+impl<R: Rnic> Dataplane<R> {
+    /// A dataplane over `nic` running `policy`.
+    pub fn new(mut nic: R, policy: PolicyHost, cfg: DataplaneConfig) -> Result<Self, RnicError> {
+        let send_cq = nic.create_cq(CqAttr { depth: 1 << 20, ignore_overrun: false })?;
+        let recv_cq = nic.create_cq(CqAttr { depth: 1 << 16, ignore_overrun: false })?;
+        let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
+        Ok(Dataplane {
+            nic,
+            cfg,
+            send_cq,
+            recv_cq,
+            zw_cq,
+            tenants: Vec::new(),
+            qps: Vec::new(),
+            policy,
+            plans: Vec::new(),
+            next_tick_ns: 0,
+            wcs: vec![Wc::EMPTY; 256],
+            specs: Vec::with_capacity(1024),
+            counters: DataplaneCounters::default(),
+        })
+    }
+
+    /// The NIC (for setup and CPU access to registered memory).
+    pub fn nic(&mut self) -> &mut R {
+        &mut self.nic
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> DataplaneCounters {
+        self.counters
+    }
+
+    /// The policy host (its name and counters).
+    pub fn policy(&self) -> &PolicyHost {
+        &self.policy
+    }
+
+    /// The class the policy last gave each tenant.
+    pub fn classes(&self) -> Vec<TenantClass> {
+        self.plans.iter().map(|p| p.class).collect()
+    }
+
+    /// Replaces the policy at a round boundary. Held and posted work is
+    /// kept; the new policy's plans apply from its first tick.
+    pub fn swap_policy(&mut self, policy: PolicyHost) {
+        self.policy = policy;
+        for (i, t) in self.tenants.iter().enumerate() {
+            self.policy.on_tenant(&TenantInfo { tenant: i as u32, qps: t.qps.len() as u32, weight: t.weight });
+        }
+        self.plans.iter_mut().for_each(|p| *p = TenantPlan::PASSTHROUGH);
+        self.next_tick_ns = 0;
+    }
+
+    /// Adds a tenant with its own protection domain and control QP.
+    pub fn add_tenant(&mut self, name: &str, weight: u32) -> Result<TenantHandle, RnicError> {
+        let pd = self.nic.alloc_pd()?;
+        let pcq =
+            if self.nic.device_info().caps.cross_channel { Some(ControlQp::new(&mut self.nic, pd)?) } else { None };
+        let (req_tx, req_rx) = bounded(self.cfg.request_queue);
+        let (cpl_tx, cpl_rx) = bounded(self.cfg.completion_queue);
+        let id = self.tenants.len() as u32;
+        self.tenants.push(TenantState {
+            name: name.to_string(),
+            pd,
+            req_rx,
+            cpl_tx,
+            overflow: VecDeque::new(),
+            qps: Vec::new(),
+            mrs: Vec::new(),
+            pcq,
+            weight: weight.max(1),
+            rr: 0,
+            tick: TickAccum::default(),
+        });
+        self.plans.push(TenantPlan::PASSTHROUGH);
+        self.policy.on_tenant(&TenantInfo { tenant: id, qps: 0, weight: weight.max(1) });
+        Ok(TenantHandle { id, name: name.to_string(), qps: 0, req_tx, cpl_rx })
+    }
+
+    fn tenant_mut(&mut self, t: u32) -> Result<&mut TenantState, RnicError> {
+        self.tenants.get_mut(t as usize).ok_or(RnicError::InvalidArgument(format!("no tenant {t}")))
+    }
+
+    /// Registers a buffer for tenant `t`.
+    pub fn reg_mr(&mut self, t: u32, len: usize) -> Result<Mr, RnicError> {
+        let pd = self.tenant_mut(t)?.pd;
+        let mr = self.nic.reg_mr(
+            pd,
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        )?;
+        self.tenant_mut(t)?.mrs.push(mr);
+        Ok(mr)
+    }
+
+    /// Creates a data QP for tenant `t` in traffic class `tc`; returns its
+    /// index within the tenant and its endpoint for the peer.
+    pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
+        let pd = self.tenant_mut(t)?.pd;
+        let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
+        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: 1024, ..QpCaps::default() };
+        attr.cross_channel = self.nic.device_info().caps.cross_channel;
+        attr.traffic_class = tc;
+        let qp = self.nic.create_qp(pd, attr)?;
+        let index = self.tenant_mut(t)?.qps.len() as u32;
+        let dp_index = self.qps.len();
+        self.tenant_mut(t)?.qps.push(dp_index);
+        self.qps.push(DpQp::new(t, index, qp.handle, qp.qp_num));
+        let weight = self.tenants[t as usize].weight;
+        self.policy.on_tenant(&TenantInfo { tenant: t, qps: index + 1, weight });
+        Ok((index, connect::endpoint(&self.nic, qp.qp_num)))
+    }
+
+    /// Connects tenant `t`'s QP `index` to the peer's `remote`.
+    pub fn connect_qp(&mut self, t: u32, index: u32, remote: QpEndpoint) -> Result<(), RnicError> {
+        let qi =
+            *self.tenant_mut(t)?.qps.get(index as usize).ok_or(RnicError::InvalidArgument(format!("no QP {index}")))?;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        connect::bring_up(&mut self.nic, self.qps[qi].nic_qp, remote, access)
+    }
+
+    /// Name of tenant `t`.
+    pub fn tenant_name(&self, t: u32) -> Option<&str> {
+        self.tenants.get(t as usize).map(|x| x.name.as_str())
+    }
+
+    /// One iteration of the loop. Returns whether it did anything.
+    pub fn round(&mut self) -> Result<bool, RnicError> {
+        self.counters.rounds += 1;
+        let now = self.nic.clock_ns();
+        let mut did = self.drain_requests(now);
+        did |= self.flush_overflow();
+        self.manage_active_sets(now)?;
+        did |= self.post_all(now)?;
+        did |= self.poll_completions(now)?;
+        if now >= self.next_tick_ns {
+            self.tick(now);
+        }
+        if did {
+            self.counters.busy_rounds += 1;
+        }
+        Ok(did)
+    }
+
+    fn deliver(&mut self, t: usize, c: Completion) {
+        let ts = &mut self.tenants[t];
+        ts.tick.completed += 1;
+        ts.tick.bytes += c.byte_len as u64;
+        ts.tick.lat_sum_ns += c.completed_ns.saturating_sub(c.posted_ns);
+        self.counters.completions += 1;
+        if !ts.overflow.is_empty() {
+            ts.overflow.push_back(c);
+            return;
+        }
+        match ts.cpl_tx.try_send(c) {
+            Ok(()) => {}
+            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => ts.overflow.push_back(c),
+        }
+    }
+
+    fn flush_overflow(&mut self) -> bool {
+        let mut did = false;
+        for ts in &mut self.tenants {
+            while let Some(c) = ts.overflow.pop_front() {
+                if let Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) = ts.cpl_tx.try_send(c) {
+                    ts.overflow.push_front(c);
+                    break;
+                }
+                did = true;
+            }
+        }
+        did
+    }
+
+    fn refuse(&mut self, t: usize, wr: &WorkRequest, status: WcStatus, now: u64) {
+        self.counters.refused += 1;
+        let kind = if wr.op == RequestOp::Recv { CompletionKind::Recv } else { CompletionKind::Send };
+        let c = Completion {
+            wr_id: wr.wr_id,
+            qp: wr.qp,
+            status,
+            kind,
+            byte_len: 0,
+            imm: None,
+            posted_ns: wr.posted_ns,
+            completed_ns: now,
+        };
+        self.deliver(t, c);
+    }
+
+    fn drain_requests(&mut self, now: u64) -> bool {
+        let mut did = false;
+        for t in 0..self.tenants.len() {
+            for _ in 0..self.cfg.max_requests_per_round {
+                let Ok(wr) = self.tenants[t].req_rx.try_recv() else { break };
+                did = true;
+                self.counters.requests += 1;
+                let ts = &self.tenants[t];
+                let Some(&qi) = ts.qps.get(wr.qp as usize) else {
+                    self.refuse(t, &wr, WcStatus::LocQpOpErr, now);
+                    continue;
+                };
+                let owned = ts.mrs.iter().any(|m| m.lkey == wr.mr.lkey && m.addr == wr.mr.addr && m.len == wr.mr.len);
+                if !owned || wr.offset + wr.len as u64 > wr.mr.len as u64 {
+                    self.refuse(t, &wr, WcStatus::LocProtErr, now);
+                    continue;
+                }
+                if self.qps[qi].failed {
+                    self.refuse(t, &wr, WcStatus::WrFlushErr, now);
+                    continue;
+                }
+                if wr.op == RequestOp::Recv {
+                    self.post_recv(qi, wr, now);
+                    continue;
+                }
+                let tick = &mut self.tenants[t].tick;
+                tick.ewma = if tick.ewma == 0.0 { wr.len as f64 } else { 0.5 * tick.ewma + 0.5 * wr.len as f64 };
+                tick.max_msg = tick.max_msg.max(wr.len as u64);
+                let q = &self.qps[qi];
+                let req = RequestInfo {
+                    tenant: t as u32,
+                    qp: wr.qp,
+                    len: wr.len as u64,
+                    op: match wr.op {
+                        RequestOp::Send => PolicyOp::Send,
+                        RequestOp::Read { .. } => PolicyOp::Read,
+                        _ => PolicyOp::Write,
+                    },
+                    depth: q.depth() + 1,
+                };
+                let plan = self.policy.on_request(&req, &self.plans[t]);
+                let q = &mut self.qps[qi];
+                q.held.push_back(Held { wr, plan });
+                let depth = q.depth();
+                let tick = &mut self.tenants[t].tick;
+                tick.max_depth = tick.max_depth.max(depth);
+            }
+        }
+        did
+    }
+
+    fn post_recv(&mut self, qi: usize, wr: WorkRequest, now: u64) {
+        let q = &mut self.qps[qi];
+        let wr_id = ((qi as u64) << WR_QP_SHIFT) | (q.next_recv_seq & WR_SEQ_MASK);
+        let sge = [wr.mr.sge(wr.offset as usize, wr.len)];
+        match self.nic.post_recv(q.nic_qp, &[RecvWr { wr_id, sgl: &sge }]) {
+            Ok(()) => {
+                q.next_recv_seq += 1;
+                q.recvs.push_back(wr);
+            }
+            Err(e) => {
+                let status = if matches!(e.error, RnicError::QueueFull { .. }) {
+                    WcStatus::LocQpOpErr
+                } else {
+                    WcStatus::WrFlushErr
+                };
+                let t = q.tenant as usize;
+                self.refuse(t, &wr, status, now);
+            }
+        }
+    }
+
+    /// Keeps each capped tenant's active QPs within its plan, rotating
+    /// after the quantum with an in-NIC hand-off.
+    fn manage_active_sets(&mut self, now: u64) -> Result<(), RnicError> {
+        for t in 0..self.tenants.len() {
+            let plan = self.plans[t];
+            let cap = if plan.max_active_qps == 0 { usize::MAX } else { plan.max_active_qps as usize };
+            let qps = self.tenants[t].qps.clone();
+            for &qi in &qps {
+                let q = &mut self.qps[qi];
+                if q.active && !q.has_work() {
+                    q.active = false;
+                }
+            }
+            let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
+            let n = qps.len();
+            let start = self.tenants[t].rr;
+            let waiting: Vec<usize> = (0..n)
+                .map(|k| qps[(start + k) % n])
+                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work())
+                .collect();
+            let mut waiting = waiting.into_iter();
+            while active < cap {
+                let Some(qi) = waiting.next() else { break };
+                self.activate(qi, now, None);
+                active += 1;
+            }
+            if cap == usize::MAX {
+                continue;
+            }
+            for &qi in &qps {
+                let q = &self.qps[qi];
+                if !q.active || !q.has_work() || !self.quantum_spent(q, &plan, now) {
+                    continue;
+                }
+                let Some(next) = waiting.next() else { break };
+                let wait = match self.tenants[t].pcq.as_mut() {
+                    Some(pcq) => Some(pcq.plan_handoff(&mut self.nic)?),
+                    None => None,
+                };
+                self.counters.handoffs += 1;
+                let q = &mut self.qps[qi];
+                q.active = false;
+                q.pending_release = wait.is_some();
+                self.activate(next, now, wait);
+            }
+            self.tenants[t].rr = (start + 1) % n.max(1);
+        }
+        Ok(())
+    }
+
+    fn quantum_spent(&self, q: &DpQp, plan: &TenantPlan, now: u64) -> bool {
+        (plan.quantum_requests > 0 && q.active_requests >= plan.quantum_requests)
+            || (plan.quantum_bytes > 0 && q.active_bytes >= plan.quantum_bytes)
+            || (plan.quantum_ns > 0 && now.saturating_sub(q.active_since_ns) >= plan.quantum_ns)
+    }
+
+    fn activate(&mut self, qi: usize, now: u64, wait: Option<u64>) {
+        let q = &mut self.qps[qi];
+        q.active = true;
+        q.active_since_ns = now;
+        q.active_requests = 0;
+        q.active_bytes = 0;
+        q.pending_wait = wait;
+    }
+
+    fn post_all(&mut self, now: u64) -> Result<bool, RnicError> {
+        let mut did = false;
+        let capped: Vec<bool> = self.plans.iter().map(|p| p.max_active_qps > 0).collect();
+        for qi in 0..self.qps.len() {
+            let t = self.qps[qi].tenant as usize;
+            let allowed = !capped[t] || self.qps[qi].active;
+            if self.qps[qi].failed {
+                continue;
+            }
+            if self.qps[qi].pending_release
+                || (allowed && (self.qps[qi].has_work() || self.qps[qi].pending_wait.is_some()))
+            {
+                did |= self.post_qp(qi, allowed, now)?;
+            }
+        }
+        Ok(did)
+    }
+
+    fn post_qp(&mut self, qi: usize, allowed: bool, _now: u64) -> Result<bool, RnicError> {
+        let depth = self.cfg.sq_depth;
+        let signal_every = (depth / 4).max(1);
+        let zw_cq = self.zw_cq;
+        let t = self.qps[qi].tenant as usize;
+        let pcq_ops = self.tenants[t].pcq.as_ref().map(|p| (p.release(), p.cq));
+        let mut specs = std::mem::take(&mut self.specs);
+        specs.clear();
+        let q = &mut self.qps[qi];
+        let used = q.posted.len() as u32;
+        let mut room = depth.saturating_sub(used + CTRL_RESERVE);
+        if let (Some(count), Some((_, pcq_cq))) = (q.pending_wait.take(), pcq_ops) {
+            specs.push(WqeSpec {
+                opcode: WrOpcode::Wait { cq: pcq_cq, count },
+                sge: None,
+                signaled: false,
+                meta: Meta::Hidden,
+            });
+            q.since_signal += 1;
+        }
+        while allowed {
+            if q.cursor.is_none() {
+                let Some(h) = q.held.pop_front() else { break };
+                q.cursor = Some(Cursor { wr: h.wr, plan: h.plan, offset: 0 });
+            }
+            let Some(cur) = q.cursor.as_mut() else { break };
+            let before = specs.len();
+            match emit_chunk(cur, room, zw_cq, signal_every, &mut q.since_signal, &mut specs) {
+                None => break,
+                Some(done) => {
+                    room -= (specs.len() - before) as u32;
+                    if done {
+                        let len = cur.wr.len as u64;
+                        q.cursor = None;
+                        q.outstanding += 1;
+                        q.active_requests += 1;
+                        q.active_bytes += len;
+                    }
+                }
+            }
+        }
+        if q.pending_release {
+            if let Some((release, _)) = pcq_ops {
+                specs.push(WqeSpec { opcode: release, sge: None, signaled: false, meta: Meta::Hidden });
+                q.since_signal += 1;
+            }
+            q.pending_release = false;
+        }
+        if specs.is_empty() {
+            self.specs = specs;
+            return Ok(false);
+        }
+        // Seal the list with a signal if the unsignaled tail grew long.
+        if let Some(last) = specs.last_mut() {
+            if q.since_signal >= signal_every {
+                last.signaled = true;
+                q.since_signal = 0;
+            }
+        }
+        let base = q.next_seq;
+        let sges: Vec<[Sge; 1]> =
+            specs.iter().map(|s| [s.sge.unwrap_or(Sge { addr: 0, length: 0, lkey: 0 })]).collect();
+        let wrs: Vec<SendWr<'_>> = specs
+            .iter()
+            .zip(&sges)
+            .enumerate()
+            .map(|(k, (s, sge))| SendWr {
+                wr_id: ((qi as u64) << WR_QP_SHIFT) | ((base + k as u64) & WR_SEQ_MASK),
+                opcode: s.opcode,
+                payload: if s.sge.is_some() { Payload::Sges(sge) } else { Payload::None },
+                signaled: s.signaled,
+            })
+            .collect();
+        let nic_qp = q.nic_qp;
+        let result = self.nic.post_send(nic_qp, &wrs);
+        let posted = match &result {
+            Ok(()) => specs.len(),
+            Err(e) => e.index,
+        };
+        let q = &mut self.qps[qi];
+        for (k, s) in specs.iter().take(posted).enumerate() {
+            q.posted.push_back((base + k as u64, s.meta));
+            if s.sge.is_some() {
+                self.counters.data_wqes += 1;
+            } else if matches!(s.opcode, WrOpcode::Wait { cq, count: 0 } if cq == zw_cq) {
+                self.counters.zero_weight_wrs += 1;
+            }
+        }
+        q.next_seq = base + posted as u64;
+        self.counters.wqes_posted += posted as u64;
+        self.counters.doorbells += 1;
+        self.specs = specs;
+        if let Err(e) = result {
+            // The NIC refused part of the list (the QP is broken): fail it.
+            let _ = e;
+            self.fail_qp(qi);
+        }
+        Ok(true)
+    }
+
+    /// Completes everything a failed QP still holds with a flush error.
+    fn fail_qp(&mut self, qi: usize) {
+        let now = self.nic.clock_ns();
+        let q = &mut self.qps[qi];
+        q.failed = true;
+        let mut lost: Vec<WorkRequest> = q.cursor.take().map(|c| c.wr).into_iter().collect();
+        lost.extend(q.held.drain(..).map(|h| h.wr));
+        let t = q.tenant as usize;
+        for wr in lost {
+            self.refuse(t, &wr, WcStatus::WrFlushErr, now);
+        }
+    }
+
+    fn poll_completions(&mut self, now: u64) -> Result<bool, RnicError> {
+        let mut did = false;
+        let mut wcs = std::mem::take(&mut self.wcs);
+        loop {
+            let n = self.nic.poll_cq(self.send_cq, &mut wcs)?;
+            for wc in &wcs[..n] {
+                self.on_send_wc(wc, now);
+            }
+            did |= n > 0;
+            if n < wcs.len() {
+                break;
+            }
+        }
+        loop {
+            let n = self.nic.poll_cq(self.recv_cq, &mut wcs)?;
+            for wc in &wcs[..n] {
+                self.on_recv_wc(wc, now);
+            }
+            did |= n > 0;
+            if n < wcs.len() {
+                break;
+            }
+        }
+        self.wcs = wcs;
+        Ok(did)
+    }
+
+    fn on_send_wc(&mut self, wc: &Wc, now: u64) {
+        let qi = (wc.wr_id >> WR_QP_SHIFT) as usize;
+        let seq_low = wc.wr_id & WR_SEQ_MASK;
+        let Some(q) = self.qps.get_mut(qi) else { return };
+        let t = q.tenant as usize;
+        let index = q.index;
+        if !q.posted.iter().any(|(s, _)| s & WR_SEQ_MASK == seq_low) {
+            return;
+        }
+        let mut out: Vec<Completion> = Vec::new();
+        let mut hidden = 0u64;
+        while let Some((seq, meta)) = q.posted.pop_front() {
+            let this = seq & WR_SEQ_MASK == seq_low;
+            let status = if this { wc.status } else { WcStatus::Success };
+            match meta {
+                Meta::Hidden => {
+                    hidden += 1;
+                    if !status.is_ok() && q.pending_error.is_none() {
+                        q.pending_error = Some(status);
+                    }
+                }
+                Meta::App { wr_id, len, posted_ns } => {
+                    let status = q.pending_error.take().unwrap_or(status);
+                    q.outstanding = q.outstanding.saturating_sub(1);
+                    out.push(Completion {
+                        wr_id,
+                        qp: index,
+                        status,
+                        kind: CompletionKind::Send,
+                        byte_len: if status.is_ok() { len } else { 0 },
+                        imm: None,
+                        posted_ns,
+                        completed_ns: now,
+                    });
+                }
+            }
+            if this {
+                break;
+            }
+        }
+        if !wc.status.is_ok() && !q.failed {
+            self.fail_qp(qi);
+        }
+        self.counters.hidden_completions += hidden;
+        for c in out {
+            self.deliver(t, c);
+        }
+    }
+
+    fn on_recv_wc(&mut self, wc: &Wc, now: u64) {
+        let qi = (wc.wr_id >> WR_QP_SHIFT) as usize;
+        let Some(q) = self.qps.get_mut(qi) else { return };
+        let Some(wr) = q.recvs.pop_front() else { return };
+        let t = q.tenant as usize;
+        let c = Completion {
+            wr_id: wr.wr_id,
+            qp: q.index,
+            status: wc.status,
+            kind: CompletionKind::Recv,
+            byte_len: wc.byte_len,
+            imm: wc.imm,
+            posted_ns: wr.posted_ns,
+            completed_ns: now,
+        };
+        self.deliver(t, c);
+    }
+
+    fn tick(&mut self, now: u64) {
+        self.counters.ticks += 1;
+        self.next_tick_ns = now + self.policy.tick_interval_ns();
+        let stats: Vec<TenantStats> = self
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, ts)| {
+                let backlogged = ts.qps.iter().filter(|&&qi| self.qps[qi].depth() > 0).count() as u32;
+                let depth_now = ts.qps.iter().map(|&qi| self.qps[qi].depth()).max().unwrap_or(0);
+                TenantStats {
+                    tenant: i as u32,
+                    qps: ts.qps.len() as u32,
+                    backlogged_qps: backlogged,
+                    max_depth: ts.tick.max_depth.max(depth_now),
+                    ewma_msg_bytes: ts.tick.ewma,
+                    max_msg_bytes: ts.tick.max_msg,
+                    completed: ts.tick.completed,
+                    bytes: ts.tick.bytes,
+                    mean_latency_ns: ts.tick.lat_sum_ns.checked_div(ts.tick.completed).unwrap_or(0),
+                    weight: ts.weight,
+                }
+            })
+            .collect();
+        let mut plans = std::mem::take(&mut self.plans);
+        self.policy.on_tick(now, &stats, &mut plans);
+        self.plans = plans;
+        for ts in &mut self.tenants {
+            let ewma = ts.tick.ewma;
+            ts.tick = TickAccum { ewma, ..TickAccum::default() };
+        }
+    }
+}
+
+impl<R: Rnic> crate::perftest::App for Dataplane<R> {
+    fn poll(&mut self) -> Result<bool, crate::perftest::AppError> {
+        Ok(self.round()?)
+    }
+}

@@ -1,0 +1,102 @@
+//! One data QP as the dataplane tracks it: requests held in software,
+//! the message being dispatched (its split cursor), the WQEs posted and
+//! not yet retired (with which of them carry an application completion),
+//! and its place in the tenant's active set.
+
+use std::collections::VecDeque;
+
+use perf_policy_sdk::SplitPlan;
+
+use super::tenant::WorkRequest;
+use crate::rnic::{QpHandle, WcStatus};
+
+/// A request waiting for its QP to be allowed, with its split plan.
+pub(crate) struct Held {
+    pub wr: WorkRequest,
+    pub plan: SplitPlan,
+}
+
+/// The message being posted: the next byte to dispatch.
+pub(crate) struct Cursor {
+    pub wr: WorkRequest,
+    pub plan: SplitPlan,
+    pub offset: u64,
+}
+
+/// What a posted WQE means to the dataplane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Meta {
+    /// Hidden: a chunk other than the last, a zero-weight WR, a control WQE.
+    Hidden,
+    /// The last WQE of an application message.
+    App { wr_id: u64, len: u32, posted_ns: u64 },
+}
+
+/// Dataplane state of one data QP.
+pub(crate) struct DpQp {
+    pub tenant: u32,
+    pub index: u32,
+    pub nic_qp: QpHandle,
+    pub qp_num: u32,
+    pub held: VecDeque<Held>,
+    pub cursor: Option<Cursor>,
+    /// Posted WQEs not yet retired: (sequence number, meaning).
+    pub posted: VecDeque<(u64, Meta)>,
+    pub next_seq: u64,
+    pub since_signal: u32,
+    /// RECVs posted, in order.
+    pub recvs: VecDeque<WorkRequest>,
+    pub next_recv_seq: u64,
+    /// In the tenant's active set (allowed to post).
+    pub active: bool,
+    pub active_since_ns: u64,
+    pub active_requests: u32,
+    pub active_bytes: u64,
+    /// A WAIT on the tenant's PCQ count to post before anything else.
+    pub pending_wait: Option<u64>,
+    /// Post the PCQ release (SEND_ENABLE) at the end of the next batch.
+    pub pending_release: bool,
+    /// Error of a hidden WQE, to report on the message it belongs to.
+    pub pending_error: Option<WcStatus>,
+    /// The QP failed: everything further completes with a flush error.
+    pub failed: bool,
+    /// Application messages posted and not yet completed.
+    pub outstanding: u32,
+}
+
+impl DpQp {
+    pub fn new(tenant: u32, index: u32, nic_qp: QpHandle, qp_num: u32) -> Self {
+        DpQp {
+            tenant,
+            index,
+            nic_qp,
+            qp_num,
+            held: VecDeque::new(),
+            cursor: None,
+            posted: VecDeque::new(),
+            next_seq: 0,
+            since_signal: 0,
+            recvs: VecDeque::new(),
+            next_recv_seq: 0,
+            active: false,
+            active_since_ns: 0,
+            active_requests: 0,
+            active_bytes: 0,
+            pending_wait: None,
+            pending_release: false,
+            pending_error: None,
+            failed: false,
+            outstanding: 0,
+        }
+    }
+
+    /// Requests held or being posted.
+    pub fn has_work(&self) -> bool {
+        self.cursor.is_some() || !self.held.is_empty()
+    }
+
+    /// Held + being posted + outstanding application messages.
+    pub fn depth(&self) -> u32 {
+        self.held.len() as u32 + self.cursor.is_some() as u32 + self.outstanding
+    }
+}

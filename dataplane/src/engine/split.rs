@@ -1,0 +1,77 @@
+//! Turning application messages into WQEs: sub-requests (chunks) of the
+//! planned size where the operation allows it (WRITE, WRITE_WITH_IMM,
+//! READ; a SEND consumes one RECV and stays whole), zero-weight WRs after
+//! each chunk, and signaling so that only the last chunk carries the
+//! application's completion while send-queue slots are still reclaimed.
+
+use super::qp::{Cursor, Meta};
+use super::tenant::RequestOp;
+use crate::rnic::{CqHandle, RemoteAddr, Sge, WrOpcode};
+
+/// One WQE to post, owning what it needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WqeSpec {
+    pub opcode: WrOpcode,
+    pub sge: Option<Sge>,
+    pub signaled: bool,
+    pub meta: Meta,
+}
+
+/// The zero-weight WR: a WAIT on an always-satisfied CQ.
+pub(crate) fn zero_weight(zw_cq: CqHandle) -> WrOpcode {
+    WrOpcode::Wait { cq: zw_cq, count: 0 }
+}
+
+/// Whether an operation may be split into sub-requests.
+pub(crate) fn splittable(op: &RequestOp) -> bool {
+    matches!(op, RequestOp::Write { .. } | RequestOp::WriteImm { .. } | RequestOp::Read { .. })
+}
+
+fn offset_remote(r: RemoteAddr, by: u64) -> RemoteAddr {
+    RemoteAddr { addr: r.addr + by, rkey: r.rkey }
+}
+
+/// Emits the next chunk of `cur` (and its zero-weight WRs) into `out` if
+/// `room` slots allow. Returns `Some(done)` if a chunk was emitted, where
+/// `done` says the message is complete; `None` if there was no room.
+pub(crate) fn emit_chunk(
+    cur: &mut Cursor,
+    room: u32,
+    zw_cq: CqHandle,
+    signal_every: u32,
+    since_signal: &mut u32,
+    out: &mut Vec<WqeSpec>,
+) -> Option<bool> {
+    let len = cur.wr.len as u64;
+    let chunk = if cur.plan.chunk_bytes > 0 && splittable(&cur.wr.op) { cur.plan.chunk_bytes as u64 } else { len };
+    let this = chunk.min(len - cur.offset);
+    let last = cur.offset + this >= len;
+    let zw = cur.plan.zero_weight_per_chunk;
+    if room < 1 + zw {
+        return None;
+    }
+    let at = cur.offset;
+    let opcode = match cur.wr.op {
+        RequestOp::Write { remote } => WrOpcode::Write { remote: offset_remote(remote, at) },
+        RequestOp::WriteImm { remote, imm } if last => WrOpcode::WriteImm { remote: offset_remote(remote, at), imm },
+        RequestOp::WriteImm { remote, .. } => WrOpcode::Write { remote: offset_remote(remote, at) },
+        RequestOp::Send => WrOpcode::Send,
+        RequestOp::Read { remote } => WrOpcode::Read { remote: offset_remote(remote, at) },
+        RequestOp::Recv => return Some(true),
+    };
+    let sge = (this > 0).then(|| cur.wr.mr.sge((cur.wr.offset + at) as usize, this as u32));
+    let signaled = last || *since_signal + 1 + zw >= signal_every;
+    let meta = if last {
+        Meta::App { wr_id: cur.wr.wr_id, len: cur.wr.len, posted_ns: cur.wr.posted_ns }
+    } else {
+        Meta::Hidden
+    };
+    out.push(WqeSpec { opcode, sge, signaled, meta });
+    *since_signal = if signaled { 0 } else { *since_signal + 1 };
+    for _ in 0..zw {
+        out.push(WqeSpec { opcode: zero_weight(zw_cq), sge: None, signaled: false, meta: Meta::Hidden });
+        *since_signal += 1;
+    }
+    cur.offset += this;
+    Some(last)
+}

@@ -1,0 +1,129 @@
+//! The tenant side: what an application holds ([`TenantHandle`]) and what
+//! crosses the bounded `crossbeam-channel` queues between it and the
+//! dataplane loop ([`WorkRequest`] in, [`Completion`] out).
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
+
+use crate::rnic::{Mr, RemoteAddr, WcStatus};
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOp {
+    /// RDMA WRITE to `remote`.
+    Write {
+        /// Destination at the peer.
+        remote: RemoteAddr,
+    },
+    /// RDMA WRITE with immediate data.
+    WriteImm {
+        /// Destination at the peer.
+        remote: RemoteAddr,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// SEND into the peer's next RECV.
+    Send,
+    /// RDMA READ of `remote` into the local buffer.
+    Read {
+        /// Source at the peer.
+        remote: RemoteAddr,
+    },
+    /// Post a RECV of the local buffer.
+    Recv,
+}
+
+/// One application work request on one of the tenant's QPs. The local
+/// buffer is `len` bytes at `offset` into the tenant's region `mr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkRequest {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Index of the QP within the tenant.
+    pub qp: u32,
+    /// The operation.
+    pub op: RequestOp,
+    /// Local region.
+    pub mr: Mr,
+    /// Offset into it.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// The tenant's clock when it posted, in ns.
+    pub posted_ns: u64,
+}
+
+/// What kind of request completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionKind {
+    /// A send-side request (WRITE, WRITE_WITH_IMM, SEND, READ).
+    Send,
+    /// A RECV was filled.
+    Recv,
+}
+
+/// The completion of one accepted request: delivered exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The request's `wr_id`.
+    pub wr_id: u64,
+    /// Index of the QP within the tenant.
+    pub qp: u32,
+    /// Outcome.
+    pub status: WcStatus,
+    /// Send or receive side.
+    pub kind: CompletionKind,
+    /// Bytes of the message.
+    pub byte_len: u32,
+    /// Immediate data received, if any.
+    pub imm: Option<u32>,
+    /// When the tenant posted it (tenant clock, ns).
+    pub posted_ns: u64,
+    /// When the dataplane delivered it (dataplane clock, ns).
+    pub completed_ns: u64,
+}
+
+/// Why a post was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostRefused {
+    /// The request queue is full: try again later (back-pressure).
+    #[error("request queue full")]
+    Full,
+    /// The dataplane has stopped.
+    #[error("dataplane stopped")]
+    Stopped,
+}
+
+/// An application's end of the dataplane.
+pub struct TenantHandle {
+    /// Tenant id.
+    pub id: u32,
+    /// The tenant's name.
+    pub name: String,
+    /// Its QPs' count.
+    pub qps: u32,
+    pub(crate) req_tx: Sender<WorkRequest>,
+    pub(crate) cpl_rx: Receiver<Completion>,
+}
+
+impl TenantHandle {
+    /// Posts a request. A full queue is reported, never dropped.
+    pub fn post(&self, wr: WorkRequest) -> Result<(), PostRefused> {
+        self.req_tx.try_send(wr).map_err(|e| match e {
+            TrySendError::Full(_) => PostRefused::Full,
+            TrySendError::Disconnected(_) => PostRefused::Stopped,
+        })
+    }
+
+    /// Takes the next completion, if one is waiting.
+    pub fn poll(&self) -> Option<Completion> {
+        match self.cpl_rx.try_recv() {
+            Ok(c) => Some(c),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
+        }
+    }
+
+    /// Requests queued towards the dataplane.
+    pub fn queued(&self) -> usize {
+        self.req_tx.len()
+    }
+}
