@@ -1,6 +1,11 @@
 //! perf-runner: the command-line front end of PeRF-rs.
 
 mod calibrate_cmd;
+mod devices_cmd;
+mod report;
+mod run_cmd;
+mod scenario;
+mod workload;
 
 use clap::{Parser, Subcommand};
 
@@ -17,11 +22,20 @@ enum Command {
     /// Runs the simulator's calibration cases (perftest-like traffic straight
     /// on the modelled NIC) and prints them against the ConnectX-6 figures.
     Calibrate(calibrate_cmd::Args),
+    /// Lists the RDMA devices of this machine, their ports, link state and
+    /// GIDs, and which isolation mechanisms run in the NIC and which are
+    /// host-gated; says so plainly (and exits 0) when there is none.
+    Devices(devices_cmd::Args),
+    /// Runs a scenario on the simulated NIC through the dataplane under a
+    /// policy and prints per-tenant results.
+    Run(run_cmd::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Calibrate(a) => calibrate_cmd::run(a),
+        Command::Devices(a) => devices_cmd::run(a),
+        Command::Run(a) => run_cmd::run(a),
     }
 }

@@ -234,7 +234,7 @@ impl<R: Rnic> Dataplane<R> {
         let index = self.tenant_mut(t)?.qps.len() as u32;
         let dp_index = self.qps.len();
         self.tenant_mut(t)?.qps.push(dp_index);
-        self.qps.push(DpQp::new(t, index, qp.handle, qp.qp_num));
+        self.qps.push(DpQp::new(t, index, qp.handle));
         let weight = self.tenants[t as usize].weight;
         self.policy.on_tenant(&TenantInfo { tenant: t, qps: index + 1, weight });
         Ok((index, connect::endpoint(&self.nic, qp.qp_num)))
@@ -259,12 +259,12 @@ impl<R: Rnic> Dataplane<R> {
         let now = self.nic.clock_ns();
         let mut did = self.drain_requests(now);
         did |= self.flush_overflow();
-        self.manage_active_sets(now)?;
-        did |= self.post_all(now)?;
-        did |= self.poll_completions(now)?;
         if now >= self.next_tick_ns {
             self.tick(now);
         }
+        self.manage_active_sets(now)?;
+        did |= self.post_all(now)?;
+        did |= self.poll_completions(now)?;
         if did {
             self.counters.busy_rounds += 1;
         }
@@ -345,21 +345,8 @@ impl<R: Rnic> Dataplane<R> {
                 let tick = &mut self.tenants[t].tick;
                 tick.ewma = if tick.ewma == 0.0 { wr.len as f64 } else { 0.5 * tick.ewma + 0.5 * wr.len as f64 };
                 tick.max_msg = tick.max_msg.max(wr.len as u64);
-                let q = &self.qps[qi];
-                let req = RequestInfo {
-                    tenant: t as u32,
-                    qp: wr.qp,
-                    len: wr.len as u64,
-                    op: match wr.op {
-                        RequestOp::Send => PolicyOp::Send,
-                        RequestOp::Read { .. } => PolicyOp::Read,
-                        _ => PolicyOp::Write,
-                    },
-                    depth: q.depth() + 1,
-                };
-                let plan = self.policy.on_request(&req, &self.plans[t]);
                 let q = &mut self.qps[qi];
-                q.held.push_back(Held { wr, plan });
+                q.held.push_back(Held { wr });
                 let depth = q.depth();
                 let tick = &mut self.tenants[t].tick;
                 tick.max_depth = tick.max_depth.max(depth);
@@ -396,18 +383,32 @@ impl<R: Rnic> Dataplane<R> {
             let plan = self.plans[t];
             let cap = if plan.max_active_qps == 0 { usize::MAX } else { plan.max_active_qps as usize };
             let qps = self.tenants[t].qps.clone();
+            // A QP holds its slot while it has work in software or in the NIC.
             for &qi in &qps {
                 let q = &mut self.qps[qi];
-                if q.active && !q.has_work() {
+                if q.active && !q.has_work() && q.outstanding == 0 {
                     q.active = false;
                 }
             }
             let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
+            // Over the cap (the plan shrank): stop feeding the extras; what
+            // they already posted drains.
+            for &qi in qps.iter().rev() {
+                if active <= cap {
+                    break;
+                }
+                if self.qps[qi].active {
+                    self.qps[qi].active = false;
+                    active -= 1;
+                }
+            }
             let n = qps.len();
             let start = self.tenants[t].rr;
             let waiting: Vec<usize> = (0..n)
                 .map(|k| qps[(start + k) % n])
-                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work())
+                // Only a drained QP can take a slot: a stream still in the NIC
+                // would run beside the slot's owner.
+                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work() && self.qps[qi].outstanding == 0)
                 .collect();
             let mut waiting = waiting.into_iter();
             while active < cap {
@@ -420,10 +421,17 @@ impl<R: Rnic> Dataplane<R> {
             }
             for &qi in &qps {
                 let q = &self.qps[qi];
-                if !q.active || !q.has_work() || !self.quantum_spent(q, &plan, now) {
+                if !q.active || !self.quantum_spent(q, &plan, now) {
                     continue;
                 }
-                let Some(next) = waiting.next() else { break };
+                let Some(next) = waiting.next() else {
+                    // Nobody waits: the QP keeps the NIC for another quantum.
+                    let q = &mut self.qps[qi];
+                    q.active_since_ns = now;
+                    q.active_requests = 0;
+                    q.active_bytes = 0;
+                    continue;
+                };
                 let wait = match self.tenants[t].pcq.as_mut() {
                     Some(pcq) => Some(pcq.plan_handoff(&mut self.nic)?),
                     None => None,
@@ -440,11 +448,32 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     fn quantum_spent(&self, q: &DpQp, plan: &TenantPlan, now: u64) -> bool {
-        (plan.quantum_requests > 0 && q.active_requests >= plan.quantum_requests)
-            || (plan.quantum_bytes > 0 && q.active_bytes >= plan.quantum_bytes)
-            || (plan.quantum_ns > 0 && now.saturating_sub(q.active_since_ns) >= plan.quantum_ns)
+        quantum_hit(q, plan) || (plan.quantum_ns > 0 && now.saturating_sub(q.active_since_ns) >= plan.quantum_ns)
     }
+}
 
+/// What the policy sees of a request.
+fn request_info(tenant: u32, wr: &WorkRequest, depth: u32) -> RequestInfo {
+    RequestInfo {
+        tenant,
+        qp: wr.qp,
+        len: wr.len as u64,
+        op: match wr.op {
+            RequestOp::Send => PolicyOp::Send,
+            RequestOp::Read { .. } => PolicyOp::Read,
+            _ => PolicyOp::Write,
+        },
+        depth,
+    }
+}
+
+/// Whether a QP posted its request or byte quantum since it became active.
+fn quantum_hit(q: &DpQp, plan: &TenantPlan) -> bool {
+    (plan.quantum_requests > 0 && q.active_requests >= plan.quantum_requests)
+        || (plan.quantum_bytes > 0 && q.active_bytes >= plan.quantum_bytes)
+}
+
+impl<R: Rnic> Dataplane<R> {
     fn activate(&mut self, qi: usize, now: u64, wait: Option<u64>) {
         let q = &mut self.qps[qi];
         q.active = true;
@@ -478,25 +507,52 @@ impl<R: Rnic> Dataplane<R> {
         let zw_cq = self.zw_cq;
         let t = self.qps[qi].tenant as usize;
         let pcq_ops = self.tenants[t].pcq.as_ref().map(|p| (p.release(), p.cq));
+        let plan = self.plans[t];
+        let capped = plan.max_active_qps > 0;
         let mut specs = std::mem::take(&mut self.specs);
         specs.clear();
         let q = &mut self.qps[qi];
-        let used = q.posted.len() as u32;
-        let mut room = depth.saturating_sub(used + CTRL_RESERVE);
-        if let (Some(count), Some((_, pcq_cq))) = (q.pending_wait.take(), pcq_ops) {
+        let mut free = depth.saturating_sub(q.posted.len() as u32);
+        // The release ends the QP's previous stream, so it goes first.
+        if q.pending_release && free > 0 {
+            if let Some((release, _)) = pcq_ops {
+                specs.push(WqeSpec { opcode: release, sge: None, inline: false, signaled: false, meta: Meta::Hidden });
+                q.since_signal += 1;
+                free -= 1;
+            }
+            q.pending_release = false;
+        }
+        if let (Some(count), Some((_, pcq_cq))) = (q.pending_wait, pcq_ops) {
+            if free == 0 {
+                self.specs = specs;
+                return self.post_specs(qi);
+            }
             specs.push(WqeSpec {
                 opcode: WrOpcode::Wait { cq: pcq_cq, count },
                 sge: None,
+                inline: false,
                 signaled: false,
                 meta: Meta::Hidden,
             });
+            q.pending_wait = None;
             q.since_signal += 1;
+            free -= 1;
         }
-        while allowed {
+        let mut room = free.saturating_sub(CTRL_RESERVE);
+        while allowed && !self.qps[qi].failed {
+            let q = &mut self.qps[qi];
             if q.cursor.is_none() {
+                if capped && quantum_hit(q, &plan) {
+                    break;
+                }
                 let Some(h) = q.held.pop_front() else { break };
-                q.cursor = Some(Cursor { wr: h.wr, plan: h.plan, offset: 0 });
+                let req = request_info(t as u32, &h.wr, q.depth() + 1);
+                // The split plan is decided when the message starts, so it
+                // reflects the policy's current view.
+                let split = self.policy.on_request(&req, &self.plans[t]);
+                self.qps[qi].cursor = Some(Cursor { wr: h.wr, plan: split, offset: 0 });
             }
+            let q = &mut self.qps[qi];
             let Some(cur) = q.cursor.as_mut() else { break };
             let before = specs.len();
             match emit_chunk(cur, room, zw_cq, signal_every, &mut q.since_signal, &mut specs) {
@@ -513,13 +569,17 @@ impl<R: Rnic> Dataplane<R> {
                 }
             }
         }
-        if q.pending_release {
-            if let Some((release, _)) = pcq_ops {
-                specs.push(WqeSpec { opcode: release, sge: None, signaled: false, meta: Meta::Hidden });
-                q.since_signal += 1;
-            }
-            q.pending_release = false;
-        }
+        self.specs = specs;
+        self.post_specs(qi)
+    }
+
+    /// Posts the WQEs built in `self.specs` to QP `qi` as one post list.
+    fn post_specs(&mut self, qi: usize) -> Result<bool, RnicError> {
+        let mut specs = std::mem::take(&mut self.specs);
+        let signal_every = (self.cfg.sq_depth / 4).max(1);
+        let zw_cq = self.zw_cq;
+        let t = self.qps[qi].tenant as usize;
+        let q = &mut self.qps[qi];
         if specs.is_empty() {
             self.specs = specs;
             return Ok(false);
@@ -532,8 +592,20 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         let base = q.next_seq;
+        let nic_qp = q.nic_qp;
         let sges: Vec<[Sge; 1]> =
             specs.iter().map(|s| [s.sge.unwrap_or(Sge { addr: 0, length: 0, lkey: 0 })]).collect();
+        // Inline payloads: the CPU copies the bytes out of the tenant's buffer.
+        let mut inline: Vec<Vec<u8>> = Vec::new();
+        for s in specs.iter().filter(|s| s.inline) {
+            let Some(sge) = s.sge else { continue };
+            let mut bytes = vec![0u8; sge.length as usize];
+            if let Some(mr) = self.tenants[t].mrs.iter().find(|m| m.lkey == sge.lkey) {
+                self.nic.read_mr(mr.handle, (sge.addr - mr.addr) as usize, &mut bytes)?;
+            }
+            inline.push(bytes);
+        }
+        let mut inline_iter = inline.iter();
         let wrs: Vec<SendWr<'_>> = specs
             .iter()
             .zip(&sges)
@@ -541,16 +613,20 @@ impl<R: Rnic> Dataplane<R> {
             .map(|(k, (s, sge))| SendWr {
                 wr_id: ((qi as u64) << WR_QP_SHIFT) | ((base + k as u64) & WR_SEQ_MASK),
                 opcode: s.opcode,
-                payload: if s.sge.is_some() { Payload::Sges(sge) } else { Payload::None },
+                payload: match (s.sge.is_some(), s.inline) {
+                    (true, true) => inline_iter.next().map_or(Payload::Sges(sge), |b| Payload::Inline(b)),
+                    (true, false) => Payload::Sges(sge),
+                    _ => Payload::None,
+                },
                 signaled: s.signaled,
             })
             .collect();
-        let nic_qp = q.nic_qp;
         let result = self.nic.post_send(nic_qp, &wrs);
         let posted = match &result {
             Ok(()) => specs.len(),
             Err(e) => e.index,
         };
+        drop(wrs);
         let q = &mut self.qps[qi];
         for (k, s) in specs.iter().take(posted).enumerate() {
             q.posted.push_back((base + k as u64, s.meta));

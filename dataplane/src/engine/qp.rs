@@ -10,10 +10,9 @@ use perf_policy_sdk::SplitPlan;
 use super::tenant::WorkRequest;
 use crate::rnic::{QpHandle, WcStatus};
 
-/// A request waiting for its QP to be allowed, with its split plan.
+/// A request waiting for its QP to be allowed.
 pub(crate) struct Held {
     pub wr: WorkRequest,
-    pub plan: SplitPlan,
 }
 
 /// The message being posted: the next byte to dispatch.
@@ -37,7 +36,6 @@ pub(crate) struct DpQp {
     pub tenant: u32,
     pub index: u32,
     pub nic_qp: QpHandle,
-    pub qp_num: u32,
     pub held: VecDeque<Held>,
     pub cursor: Option<Cursor>,
     /// Posted WQEs not yet retired: (sequence number, meaning).
@@ -65,12 +63,11 @@ pub(crate) struct DpQp {
 }
 
 impl DpQp {
-    pub fn new(tenant: u32, index: u32, nic_qp: QpHandle, qp_num: u32) -> Self {
+    pub fn new(tenant: u32, index: u32, nic_qp: QpHandle) -> Self {
         DpQp {
             tenant,
             index,
             nic_qp,
-            qp_num,
             held: VecDeque::new(),
             cursor: None,
             posted: VecDeque::new(),

@@ -13,9 +13,15 @@ use crate::rnic::{CqHandle, RemoteAddr, Sge, WrOpcode};
 pub(crate) struct WqeSpec {
     pub opcode: WrOpcode,
     pub sge: Option<Sge>,
+    /// Post the SGE's bytes inline (copied into the WQE by the CPU).
+    pub inline: bool,
     pub signaled: bool,
     pub meta: Meta,
 }
+
+/// Whole messages up to this size are posted inline, as verbs
+/// applications do for small messages (saves the NIC's payload DMA read).
+pub(crate) const INLINE_MAX: u32 = 64;
 
 /// The zero-weight WR: a WAIT on an always-satisfied CQ.
 pub(crate) fn zero_weight(zw_cq: CqHandle) -> WrOpcode {
@@ -66,10 +72,11 @@ pub(crate) fn emit_chunk(
     } else {
         Meta::Hidden
     };
-    out.push(WqeSpec { opcode, sge, signaled, meta });
+    let inline = last && cur.offset == 0 && this <= INLINE_MAX as u64 && !matches!(cur.wr.op, RequestOp::Read { .. });
+    out.push(WqeSpec { opcode, sge, inline, signaled, meta });
     *since_signal = if signaled { 0 } else { *since_signal + 1 };
     for _ in 0..zw {
-        out.push(WqeSpec { opcode: zero_weight(zw_cq), sge: None, signaled: false, meta: Meta::Hidden });
+        out.push(WqeSpec { opcode: zero_weight(zw_cq), sge: None, inline: false, signaled: false, meta: Meta::Hidden });
         *since_signal += 1;
     }
     cur.offset += this;

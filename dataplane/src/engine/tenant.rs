@@ -2,7 +2,7 @@
 //! crosses the bounded `crossbeam-channel` queues between it and the
 //! dataplane loop ([`WorkRequest`] in, [`Completion`] out).
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::rnic::{Mr, RemoteAddr, WcStatus};
 
@@ -116,10 +116,7 @@ impl TenantHandle {
 
     /// Takes the next completion, if one is waiting.
     pub fn poll(&self) -> Option<Completion> {
-        match self.cpl_rx.try_recv() {
-            Ok(c) => Some(c),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-        }
+        self.cpl_rx.try_recv().ok()
     }
 
     /// Requests queued towards the dataplane.

@@ -10,11 +10,11 @@
 //!   with one active QP, so a sensitive QP gets 17 NIC turns per chunk.
 //! - QP level: at most 2 active QPs per tenant; the rest are held in
 //!   software and rotated in after 128 requests, 1,024,000 B or 1 ms.
-//!   So that a tenant's share does not grow with its active QPs, each of
-//!   its QPs takes `active x (1 + base) - 1` zero-weight WRs per chunk,
-//!   where `base` is 16 with a sensitive tenant present and 1 when only
-//!   bandwidth tenants compete (one zero-weight WR ends a NIC turn at
-//!   every chunk, so every QP's turn moves one chunk).
+//!   So that a tenant's share does not grow with its active QPs, while
+//!   several bandwidth tenants compete each of its QPs sends chunks of
+//!   `16 KB / active`, and every chunk is followed by at least one
+//!   zero-weight WR (which ends the QP's NIC turn there): every active QP
+//!   moves one chunk per NIC round, so every tenant moves 16 KB.
 
 use perf_policy_sdk::{Policy, SplitPlan, TenantClass, TenantPlan, TenantStats};
 
@@ -112,14 +112,16 @@ impl Policy for Perf {
         };
         for (i, s) in stats.iter().enumerate() {
             let class = self.classes[i];
-            let active = s.backlogged_qps.clamp(1, p.max_active_qps);
-            let zero_weight = if base == 0 { 0 } else { active * (1 + base) - 1 };
+            let active = s.backlogged_qps.clamp(1, p.max_active_qps.max(1));
+            // Each active QP moves one chunk per NIC round; scaling the chunk
+            // by 1/active gives every bandwidth tenant the same bytes per round.
+            let chunk = if bw_backlogged >= 2 { (p.chunk_bytes / active).max(1024) } else { p.chunk_bytes };
             plans[i] = TenantPlan {
                 max_active_qps: p.max_active_qps,
                 quantum_requests: p.quantum_requests,
                 quantum_bytes: p.quantum_bytes,
                 quantum_ns: p.quantum_ns,
-                split: SplitPlan { chunk_bytes: p.chunk_bytes, zero_weight_per_chunk: zero_weight },
+                split: SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: base },
                 split_threshold: if class == TenantClass::Bandwidth { p.split_threshold } else { 0 },
                 class,
             };
@@ -174,9 +176,9 @@ mod tests {
         let mut p = Perf::default();
         let mut plans = [TenantPlan::PASSTHROUGH; 2];
         p.on_tick(0, &[stats(0, 1 << 20, 128, 1), stats(1, 1 << 20, 128, 5)], &mut plans);
-        // One chunk per (1 + zero-weight) turns: 1/(1+1) for one QP, 2/(1+3) for two.
-        assert_eq!(plans[0].split.zero_weight_per_chunk, 1);
-        assert_eq!(plans[1].split.zero_weight_per_chunk, 3);
+        // One chunk per QP per NIC round: 16 KB for one QP, 2 x 8 KB for two.
+        assert_eq!(plans[0].split, SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 1 });
+        assert_eq!(plans[1].split, SplitPlan { chunk_bytes: 8192, zero_weight_per_chunk: 1 });
         assert_eq!(plans[1].max_active_qps, 2);
     }
 }

@@ -14,8 +14,15 @@
 
 pub mod connect;
 mod error;
+pub mod host_gate;
+pub mod ibv_abi;
+pub mod oob;
+pub mod probe;
 pub mod sim;
+pub mod sysfs;
 mod types;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use error::{PostError, RnicError, WcStatus};
 pub use types::*;

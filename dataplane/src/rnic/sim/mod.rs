@@ -145,6 +145,16 @@ impl SimFabric {
         self.shared.world.lock().step()
     }
 
+    /// Runs instants up to `limit_ps` until one changes something software
+    /// can observe through [`Rnic`] (a CQE, a QP leaving RTS, bytes written
+    /// into a memory region), and stops after that instant. Returns `false`
+    /// if no event at or before `limit_ps` was pending. A poll-driven
+    /// program that reacts only to what it can observe behaves exactly as
+    /// with [`SimFabric::step`], with fewer wake-ups (virtual time).
+    pub fn step_until_visible(&self, limit_ps: Ps) -> bool {
+        self.shared.world.lock().step_until_visible(limit_ps)
+    }
+
     /// Sets how host `host`'s NIC schedules traffic classes (`mlnx_qos`).
     pub fn set_tc_scheduler(&self, host: usize, sched: TcScheduler) {
         if let Some(h) = self.shared.world.lock().hosts.get_mut(host) {

@@ -78,7 +78,8 @@ pub struct RnicProfile {
     pub turn_max_wqes: u32,
     /// The scheduler grants a new data turn to a traffic class only while
     /// the wire time still queued for that class is at most this much
-    /// (egress buffer look-ahead, about one MTU packet).
+    /// (egress buffer look-ahead: 150 ns, under half an MTU packet, enough
+    /// to keep the wire busy; calibrated against the PeRF ping-pong tail).
     pub egress_lookahead_ps: Ps,
     /// Receive processing at the responder: packet parse, key check, DMA
     /// write of the payload into host memory (PCIe write latency).
@@ -125,7 +126,7 @@ impl RnicProfile {
             sched_wqe_ps: 8_960,
             turn_max_bytes: 64 * 1024,
             turn_max_wqes: 16,
-            egress_lookahead_ps: 340_000,
+            egress_lookahead_ps: 150_000,
             rx_process_ps: 380_000,
             rx_jitter_ps: 30_000,
             ack_turnaround_ps: 200_000,

@@ -86,6 +86,10 @@ pub(crate) struct SimQp {
     pub complete_next: u64,
     /// Managed QPs execute only WQEs below this index.
     pub enabled_upto: u64,
+    /// A WQE at this index failed at the requester (`u64::MAX`: none): the
+    /// QP dispatches nothing after it while earlier WQEs are still in
+    /// flight; their completion then moves the QP to ERR.
+    pub halted_at: u64,
     pub rq: VecDeque<RecvEntry>,
     /// Whether the QP sits in a scheduler ring.
     pub in_ring: bool,
@@ -144,6 +148,7 @@ impl SimQp {
             proc_free_at: 0,
             complete_next: 0,
             enabled_upto: 0,
+            halted_at: u64::MAX,
             rq: VecDeque::new(),
             in_ring: false,
             ready_event_at: None,

@@ -33,6 +33,9 @@ pub struct SchedCounters {
 pub(crate) struct Scheduler {
     data: [VecDeque<(u64, u32)>; 8],
     ctrl: [VecDeque<(u64, u32)>; 8],
+    /// Classes whose data or control ring is not empty (bit = class), so
+    /// that arbitration looks only at those.
+    occupied: u8,
     stamp: u64,
     busy_until: Ps,
     pending: Option<Ps>,
@@ -85,7 +88,7 @@ impl World {
         }
         let idx = q.exec_next;
         let Some(e) = q.entry(idx) else { return Head::Idle };
-        if !q.enabled(idx) || idx >= q.proc_next {
+        if !q.enabled(idx) || idx >= q.proc_next || idx > q.halted_at {
             return Head::Idle;
         }
         let at = e.ready_at.max(q.stall_until);
@@ -105,7 +108,7 @@ impl World {
     /// Re-evaluates a QP that is not in a ring: puts it in one, arms a
     /// ready event, or registers it as a CQ waiter.
     pub(crate) fn requeue(&mut self, h: usize, qi: u32) {
-        if self.qp(h, qi).is_none_or(|q| q.in_ring) {
+        if self.qp(h, qi).map_or(true, |q| q.in_ring) {
             return;
         }
         match self.head(h, qi) {
@@ -116,6 +119,7 @@ impl World {
                 s.stamp += 1;
                 let ring = if ctrl { &mut s.ctrl[tc] } else { &mut s.data[tc] };
                 ring.push_back((s.stamp, qi));
+                s.occupied |= 1 << tc;
                 if let Some(q) = self.qp_mut(h, qi) {
                     q.in_ring = true;
                 }
@@ -124,7 +128,7 @@ impl World {
             Head::ReadyAt(t) => {
                 let now = self.now;
                 let Some(q) = self.qp_mut(h, qi) else { return };
-                if q.ready_event_at.is_none_or(|p| p > t || p < now) {
+                if q.ready_event_at.map_or(true, |p| p > t || p < now) {
                     q.ready_event_at = Some(t);
                     self.schedule(t, Event::QpReady { host: h, qp: qi });
                 }
@@ -193,16 +197,20 @@ impl World {
         let mut blocked: Option<Ps> = None;
         let mut best: Option<(u64, usize, bool)> = None;
         let sp = matches!(host.tc_sched, TcScheduler::StrictPriority);
-        for tc in (0..8).rev() {
+        // Occupied classes from the highest down.
+        let mut classes = s.occupied;
+        while classes != 0 {
+            let tc = 7 - classes.leading_zeros() as usize;
+            classes &= !(1 << tc);
             if let Some(&(stamp, _)) = s.ctrl[tc].front() {
-                if best.is_none_or(|b| stamp < b.0) {
+                if best.map_or(true, |b| stamp < b.0) {
                     best = Some((stamp, tc, true));
                 }
             }
             if let Some(&(stamp, _)) = s.data[tc].front() {
                 let backlog = host.port.backlog_ps(queue_of(&host.tc_sched, tc as u8), self.now);
                 if backlog <= lookahead {
-                    if best.is_none_or(|b| stamp < b.0) {
+                    if best.map_or(true, |b| stamp < b.0) {
                         best = Some((stamp, tc, false));
                     }
                 } else {
@@ -238,6 +246,9 @@ impl World {
             let s = &mut self.hosts[h].sched;
             let ring = if ctrl { &mut s.ctrl[tc] } else { &mut s.data[tc] };
             let Some((_, qi)) = ring.pop_front() else { return };
+            if s.ctrl[tc].is_empty() && s.data[tc].is_empty() {
+                s.occupied &= !(1 << tc);
+            }
             if let Some(q) = self.qp_mut(h, qi) {
                 q.in_ring = false;
             }
@@ -252,7 +263,15 @@ impl World {
                         q.stats.turns += 1;
                     }
                     self.requeue(h, qi);
-                    self.sched_at(h, busy);
+                    // Come back when the next turn can be granted: when the
+                    // scheduler is free if something is eligible, when the
+                    // egress backlog admits a blocked class, or not at all if
+                    // the rings are empty (a requeue kicks the scheduler).
+                    match self.pick(h) {
+                        (Some(_), _) => self.sched_at(h, busy),
+                        (None, Some(t)) => self.sched_at(h, t.max(busy)),
+                        (None, None) => {}
+                    }
                     return;
                 }
                 _ => self.requeue(h, qi),
@@ -277,8 +296,13 @@ impl World {
             self.requeue(h, target.0);
         }
         self.hosts[h].sched.counters.ctrl_wqes += 1;
-        if let Some(e) = self.qp_mut(h, qi).and_then(|q| q.entry_mut(idx)) {
-            e.stage = super::qp::WqeStage::Done(status);
+        if let Some(q) = self.qp_mut(h, qi) {
+            if !status.is_ok() {
+                q.halted_at = q.halted_at.min(idx);
+            }
+            if let Some(e) = q.entry_mut(idx) {
+                e.stage = super::qp::WqeStage::Done(status);
+            }
         }
         self.advance_processing(h, qi);
         self.complete_in_order(h, qi);
@@ -357,6 +381,7 @@ impl World {
             if q.exec_next <= idx {
                 q.exec_next = idx + 1;
             }
+            q.halted_at = q.halted_at.min(idx);
         }
         self.complete_in_order(h, qi);
     }

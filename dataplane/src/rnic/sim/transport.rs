@@ -301,6 +301,7 @@ impl World {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn recv_cqe(
         &mut self,
         h: usize,
@@ -320,6 +321,7 @@ impl World {
 
     /// Writes a CQE; an overrun puts the CQ and its QPs in error.
     pub(crate) fn push_cqe(&mut self, h: usize, cq: u32, wc: Wc) {
+        self.visible += 1;
         let Some(c) = self.hosts[h].cqs.get_mut(cq as usize).and_then(Option::as_mut) else { return };
         if c.overrun {
             return;
@@ -370,6 +372,7 @@ impl World {
         q.proc_next = end;
         q.complete_next = end;
         let recvs: Vec<u64> = q.rq.drain(..).map(|r| r.wr_id).collect();
+        self.visible += 1;
         for wc in flushed {
             self.push_cqe(h, scq, wc);
         }

@@ -170,6 +170,7 @@ impl World {
                 q.proc_next = end;
                 q.complete_next = end;
                 q.enabled_upto = end;
+                q.halted_at = u64::MAX;
                 q.rq.clear();
                 q.peer = None;
                 q.epoch += 1;
@@ -229,9 +230,18 @@ impl World {
         let jitter = self.jitter(self.prof.doorbell_jitter_ps);
         let visible_at = self.now + self.prof.doorbell_ps + jitter;
         let now = self.now;
+        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            let q = self.qp(h, qp.0).ok_or_else(|| at(i, RnicError::InvalidHandle { kind: "qp", id: qp.0 }))?;
-            self.validate_send(h, q, wr).map_err(|e| at(i, e))?;
+            let Some(q) = self.qp(h, qp.0) else {
+                result = Err(at(i, RnicError::InvalidHandle { kind: "qp", id: qp.0 }));
+                break;
+            };
+            // A rejected request ends the list; the ones before it stay
+            // posted and must still be processed (verbs `bad_wr`).
+            if let Err(e) = self.validate_send(h, q, wr) {
+                result = Err(at(i, e));
+                break;
+            }
             if q.state == QpState::Err {
                 let wc = Wc {
                     wr_id: wr.wr_id,
@@ -269,7 +279,7 @@ impl World {
         }
         self.advance_processing(h, qp.0);
         self.requeue(h, qp.0);
-        Ok(())
+        result
     }
 
     pub(crate) fn v_post_recv(&mut self, h: usize, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {

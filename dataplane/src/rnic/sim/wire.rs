@@ -73,6 +73,11 @@ pub(crate) struct Port {
     gen: u64,
     deficit: [i64; 8],
     dwrr_at: usize,
+    /// When the last message sent on this port is delivered at the peer:
+    /// the receive path (parse, PCIe posted writes) keeps arrival order, so
+    /// a message's receive jitter delays the messages behind it instead of
+    /// letting them overtake it (RC requires in-order delivery per QP).
+    last_deliver: Ps,
     pub counters: PortCounters,
 }
 
@@ -279,7 +284,10 @@ impl World {
             port.queues[run.queue].pop_front();
             if seg.last {
                 let jitter = self.jitter(self.prof.rx_jitter_ps);
-                let at = self.now + self.prof.propagation_ps + self.prof.rx_process_ps + jitter;
+                let port = &mut self.hosts[h].port;
+                let at =
+                    (self.now + self.prof.propagation_ps + self.prof.rx_process_ps + jitter).max(port.last_deliver);
+                port.last_deliver = at;
                 self.schedule(at, Event::Deliver { seg });
             }
         }

@@ -43,24 +43,11 @@ pub(crate) enum Event {
     Answer { host: usize, qp: u32, wqe: u64, epoch: u32, answer: Answer },
 }
 
-#[derive(PartialEq, Eq)]
-struct Scheduled {
-    at: Ps,
-    seq: u64,
-    ev: Event,
-}
-
-impl Ord for Scheduled {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
-    }
-}
-
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
+/// A pending event's place in the queue: (time, sequence number, slot of
+/// its [`Event`] in `World::slots`). Kept small so that heap operations move
+/// little; the sequence number makes same-instant events run in the order
+/// they were scheduled.
+type Scheduled = (Ps, u64, u32);
 
 /// One host: its NIC's objects, scheduler and port.
 pub(crate) struct Host {
@@ -81,6 +68,10 @@ pub(crate) struct World {
     pub now: Ps,
     seq: u64,
     events: BinaryHeap<Reverse<Scheduled>>,
+    /// The pending events' payloads, indexed by their queue entry's slot.
+    slots: Vec<Option<Event>>,
+    /// Free indices of `slots`.
+    free: Vec<u32>,
     pub prof: RnicProfile,
     pub hosts: Vec<Host>,
     pub mems: Vec<MemStore>,
@@ -88,6 +79,9 @@ pub(crate) struct World {
     rng: ChaCha8Rng,
     /// Events processed so far.
     pub events_run: u64,
+    /// Bumped by every change the verbs interface can observe: a CQE
+    /// written, a QP moved to ERR, a message delivered (memory written).
+    pub visible: u64,
 }
 
 impl World {
@@ -113,36 +107,52 @@ impl World {
             now: 0,
             seq: 0,
             events: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             prof,
             hosts: hosts_v,
             mems: (0..hosts).map(MemStore::new).collect(),
             copier: CopyEngine::default(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             events_run: 0,
+            visible: 0,
         }
     }
 
     pub fn schedule(&mut self, at: Ps, ev: Event) {
         let at = at.max(self.now);
         self.seq += 1;
-        self.events.push(Reverse(Scheduled { at, seq: self.seq, ev }));
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(ev);
+                i
+            }
+            None => {
+                self.slots.push(Some(ev));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.events.push(Reverse((at, self.seq, slot)));
     }
 
     /// Time of the next pending event.
     pub fn next_event_at(&self) -> Option<Ps> {
-        self.events.peek().map(|Reverse(s)| s.at)
+        self.events.peek().map(|Reverse(s)| s.0)
     }
 
     /// Runs every event up to and including `t`, then sets the clock to `t`.
     pub fn advance_to(&mut self, t: Ps) {
-        while let Some(Reverse(s)) = self.events.peek() {
-            if s.at > t {
+        while let Some(&Reverse((at, _, slot))) = self.events.peek() {
+            if at > t {
                 break;
             }
-            let Some(Reverse(s)) = self.events.pop() else { break };
-            self.now = s.at;
+            self.events.pop();
+            let ev = self.slots.get_mut(slot as usize).and_then(Option::take);
+            self.free.push(slot);
+            self.now = at;
+            let Some(ev) = ev else { continue };
             self.events_run += 1;
-            self.dispatch(s.ev);
+            self.dispatch(ev);
         }
         self.now = self.now.max(t);
     }
@@ -158,7 +168,29 @@ impl World {
         }
     }
 
+    /// Runs instants, none later than `limit`, until one of them changed
+    /// something the verbs interface can observe. Returns `false` if no
+    /// event at or before `limit` was pending.
+    pub fn step_until_visible(&mut self, limit: Ps) -> bool {
+        let start = self.visible;
+        let mut ran = false;
+        while let Some(t) = self.next_event_at() {
+            if t > limit {
+                break;
+            }
+            self.advance_to(t);
+            ran = true;
+            if self.visible != start {
+                break;
+            }
+        }
+        ran
+    }
+
     fn dispatch(&mut self, ev: Event) {
+        if matches!(ev, Event::Deliver { .. }) {
+            self.visible += 1;
+        }
         match ev {
             Event::QpReady { host, qp } => self.on_qp_ready(host, qp),
             Event::Sched { host } => self.arbitrate(host),

@@ -1,0 +1,921 @@
+//! The libibverbs ABI as plain Rust: the numeric values of the verbs enums
+//! the backend uses, the translation of a trait [`SendWr`] into a plain
+//! description of the `struct ibv_send_wr` fields ([`IbvSendWr`]), and the
+//! mappings back from the library (`ibv_wc_status`, `ibv_wc_opcode`,
+//! `errno`, MTU, link width and speed, GID types).
+//!
+//! Nothing here touches libibverbs, so it is compiled (and unit-tested)
+//! without the `verbs` feature; the verbs backend checks at test time that
+//! every constant here equals the one `rdma-sys` generates from the
+//! installed headers.
+
+use std::net::Ipv6Addr;
+
+use smallvec::SmallVec;
+
+use super::{CqHandle, Gid, Payload, QpCaps, QpHandle, QpState, RnicError, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+
+/// `enum ibv_wr_opcode` values (the ones RC data WQEs use).
+pub mod wr_opcode {
+    /// `IBV_WR_RDMA_WRITE`.
+    pub const RDMA_WRITE: u32 = 0;
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
+    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    /// `IBV_WR_SEND`.
+    pub const SEND: u32 = 2;
+    /// `IBV_WR_SEND_WITH_IMM`.
+    pub const SEND_WITH_IMM: u32 = 3;
+    /// `IBV_WR_RDMA_READ`.
+    pub const RDMA_READ: u32 = 4;
+}
+
+/// `enum ibv_send_flags` values.
+pub mod send_flags {
+    /// `IBV_SEND_FENCE`.
+    pub const FENCE: u32 = 1;
+    /// `IBV_SEND_SIGNALED`.
+    pub const SIGNALED: u32 = 2;
+    /// `IBV_SEND_SOLICITED`.
+    pub const SOLICITED: u32 = 4;
+    /// `IBV_SEND_INLINE`.
+    pub const INLINE: u32 = 8;
+}
+
+/// `enum ibv_wc_status` values.
+pub mod wc_status {
+    /// `IBV_WC_SUCCESS`.
+    pub const SUCCESS: u32 = 0;
+    /// `IBV_WC_LOC_LEN_ERR`.
+    pub const LOC_LEN_ERR: u32 = 1;
+    /// `IBV_WC_LOC_QP_OP_ERR`.
+    pub const LOC_QP_OP_ERR: u32 = 2;
+    /// `IBV_WC_LOC_EEC_OP_ERR`.
+    pub const LOC_EEC_OP_ERR: u32 = 3;
+    /// `IBV_WC_LOC_PROT_ERR`.
+    pub const LOC_PROT_ERR: u32 = 4;
+    /// `IBV_WC_WR_FLUSH_ERR`.
+    pub const WR_FLUSH_ERR: u32 = 5;
+    /// `IBV_WC_MW_BIND_ERR`.
+    pub const MW_BIND_ERR: u32 = 6;
+    /// `IBV_WC_BAD_RESP_ERR`.
+    pub const BAD_RESP_ERR: u32 = 7;
+    /// `IBV_WC_LOC_ACCESS_ERR`.
+    pub const LOC_ACCESS_ERR: u32 = 8;
+    /// `IBV_WC_REM_INV_REQ_ERR`.
+    pub const REM_INV_REQ_ERR: u32 = 9;
+    /// `IBV_WC_REM_ACCESS_ERR`.
+    pub const REM_ACCESS_ERR: u32 = 10;
+    /// `IBV_WC_REM_OP_ERR`.
+    pub const REM_OP_ERR: u32 = 11;
+    /// `IBV_WC_RETRY_EXC_ERR`.
+    pub const RETRY_EXC_ERR: u32 = 12;
+    /// `IBV_WC_RNR_RETRY_EXC_ERR`.
+    pub const RNR_RETRY_EXC_ERR: u32 = 13;
+    /// `IBV_WC_LOC_RDD_VIOL_ERR`.
+    pub const LOC_RDD_VIOL_ERR: u32 = 14;
+    /// `IBV_WC_REM_INV_RD_REQ_ERR`.
+    pub const REM_INV_RD_REQ_ERR: u32 = 15;
+    /// `IBV_WC_REM_ABORT_ERR`.
+    pub const REM_ABORT_ERR: u32 = 16;
+    /// `IBV_WC_INV_EECN_ERR`.
+    pub const INV_EECN_ERR: u32 = 17;
+    /// `IBV_WC_INV_EEC_STATE_ERR`.
+    pub const INV_EEC_STATE_ERR: u32 = 18;
+    /// `IBV_WC_FATAL_ERR`.
+    pub const FATAL_ERR: u32 = 19;
+    /// `IBV_WC_RESP_TIMEOUT_ERR`.
+    pub const RESP_TIMEOUT_ERR: u32 = 20;
+    /// `IBV_WC_GENERAL_ERR`.
+    pub const GENERAL_ERR: u32 = 21;
+}
+
+/// `enum ibv_wc_opcode` values.
+pub mod wc_opcode {
+    /// `IBV_WC_SEND`.
+    pub const SEND: u32 = 0;
+    /// `IBV_WC_RDMA_WRITE`.
+    pub const RDMA_WRITE: u32 = 1;
+    /// `IBV_WC_RDMA_READ`.
+    pub const RDMA_READ: u32 = 2;
+    /// `IBV_WC_RECV`.
+    pub const RECV: u32 = 128;
+    /// `IBV_WC_RECV_RDMA_WITH_IMM`.
+    pub const RECV_RDMA_WITH_IMM: u32 = 129;
+}
+
+/// `enum ibv_wc_flags` values.
+pub mod wc_flags {
+    /// `IBV_WC_WITH_IMM`: the completion carries immediate data.
+    pub const WITH_IMM: u32 = 2;
+}
+
+/// `enum ibv_access_flags` values (equal to the bits of [`super::AccessFlags`]).
+pub mod access {
+    /// `IBV_ACCESS_LOCAL_WRITE`.
+    pub const LOCAL_WRITE: u32 = 1;
+    /// `IBV_ACCESS_REMOTE_WRITE`.
+    pub const REMOTE_WRITE: u32 = 2;
+    /// `IBV_ACCESS_REMOTE_READ`.
+    pub const REMOTE_READ: u32 = 4;
+}
+
+/// `enum ibv_qp_state` values.
+pub mod qp_state {
+    /// `IBV_QPS_RESET`.
+    pub const RESET: u32 = 0;
+    /// `IBV_QPS_INIT`.
+    pub const INIT: u32 = 1;
+    /// `IBV_QPS_RTR`.
+    pub const RTR: u32 = 2;
+    /// `IBV_QPS_RTS`.
+    pub const RTS: u32 = 3;
+    /// `IBV_QPS_SQD`.
+    pub const SQD: u32 = 4;
+    /// `IBV_QPS_SQE`.
+    pub const SQE: u32 = 5;
+    /// `IBV_QPS_ERR`.
+    pub const ERR: u32 = 6;
+}
+
+/// `enum ibv_port_state` values.
+pub mod port_state {
+    /// `IBV_PORT_DOWN`.
+    pub const DOWN: u32 = 1;
+    /// `IBV_PORT_INIT`.
+    pub const INIT: u32 = 2;
+    /// `IBV_PORT_ARMED`.
+    pub const ARMED: u32 = 3;
+    /// `IBV_PORT_ACTIVE`.
+    pub const ACTIVE: u32 = 4;
+    /// `IBV_PORT_ACTIVE_DEFER`.
+    pub const ACTIVE_DEFER: u32 = 5;
+}
+
+/// `IBV_LINK_LAYER_*` values of `ibv_port_attr::link_layer`.
+pub mod link_layer {
+    /// `IBV_LINK_LAYER_UNSPECIFIED` (old kernels report it for InfiniBand).
+    pub const UNSPECIFIED: u8 = 0;
+    /// `IBV_LINK_LAYER_INFINIBAND`.
+    pub const INFINIBAND: u8 = 1;
+    /// `IBV_LINK_LAYER_ETHERNET` (RoCE, iWARP).
+    pub const ETHERNET: u8 = 2;
+}
+
+/// `enum ibv_transport_type` values.
+pub mod transport {
+    /// `IBV_TRANSPORT_IB` (InfiniBand and RoCE).
+    pub const IB: i32 = 0;
+    /// `IBV_TRANSPORT_IWARP` (siw, iWARP NICs).
+    pub const IWARP: i32 = 1;
+}
+
+/// Linux `errno` values the verbs calls return (asm-generic numbering,
+/// shared by x86-64 and aarch64).
+pub mod errno {
+    /// Operation not permitted.
+    pub const EPERM: i32 = 1;
+    /// No such file or directory.
+    pub const ENOENT: i32 = 2;
+    /// I/O error.
+    pub const EIO: i32 = 5;
+    /// No such device or address.
+    pub const ENXIO: i32 = 6;
+    /// Try again.
+    pub const EAGAIN: i32 = 11;
+    /// Out of memory.
+    pub const ENOMEM: i32 = 12;
+    /// Permission denied.
+    pub const EACCES: i32 = 13;
+    /// Bad address.
+    pub const EFAULT: i32 = 14;
+    /// Device or resource busy.
+    pub const EBUSY: i32 = 16;
+    /// No such device.
+    pub const ENODEV: i32 = 19;
+    /// Invalid argument.
+    pub const EINVAL: i32 = 22;
+    /// No space left.
+    pub const ENOSPC: i32 = 28;
+    /// Function not implemented.
+    pub const ENOSYS: i32 = 38;
+    /// Operation not supported.
+    pub const EOPNOTSUPP: i32 = 95;
+    /// Connection timed out.
+    pub const ETIMEDOUT: i32 = 110;
+}
+
+/// A plain description of the fields of one `struct ibv_send_wr` for a
+/// data WQE, owned so that it can be held in software (host gating) after
+/// `post_send` returns. `wr_id`, `next` and `IBV_SEND_SIGNALED` are filled in
+/// when it is handed to the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IbvSendWr {
+    /// `opcode` (one of [`wr_opcode`]).
+    pub opcode: u32,
+    /// `send_flags` without `IBV_SEND_SIGNALED` (only `IBV_SEND_INLINE` is used).
+    pub send_flags: u32,
+    /// `sg_list` / `num_sge` for gathered payloads (empty when inline).
+    pub sg_list: SmallVec<[Sge; 4]>,
+    /// The bytes of an inline payload; at post time one SGE points at them.
+    pub inline_data: Option<Box<[u8]>>,
+    /// `wr.rdma.remote_addr` (WRITE, WRITE_WITH_IMM, READ).
+    pub remote_addr: u64,
+    /// `wr.rdma.rkey`.
+    pub rkey: u32,
+    /// `imm_data` in network byte order, as `ibv_send_wr` holds it.
+    pub imm_data_be: u32,
+    /// Payload length in bytes (what the trait's send CQE reports).
+    pub byte_len: u32,
+}
+
+impl IbvSendWr {
+    /// The `send_flags` to post with, given whether the WQE is signaled.
+    pub fn flags(&self, signaled: bool) -> u32 {
+        self.send_flags | if signaled { send_flags::SIGNALED } else { 0 }
+    }
+
+    /// A zero-length RDMA WRITE: a WQE that moves no data, whose signaled
+    /// completion tells the host that every earlier WQE of the send queue
+    /// has completed (RC completes in order). A zero-length WRITE carries
+    /// no payload, so the responder checks neither rkey nor address
+    /// (InfiniBand spec, RDMA WRITE with DMA length 0).
+    pub fn completion_marker() -> Self {
+        IbvSendWr {
+            opcode: wr_opcode::RDMA_WRITE,
+            send_flags: 0,
+            sg_list: SmallVec::new(),
+            inline_data: None,
+            remote_addr: 0,
+            rkey: 0,
+            imm_data_be: 0,
+            byte_len: 0,
+        }
+    }
+}
+
+/// What a trait work request becomes on upstream libibverbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Translated {
+    /// A data WQE the device executes.
+    Hw(IbvSendWr),
+    /// A cross-channel WAIT, executed by the host gate.
+    Wait {
+        /// Watched CQ.
+        cq: CqHandle,
+        /// Absolute completion count.
+        count: u64,
+    },
+    /// A cross-channel SEND_ENABLE, executed by the host gate.
+    SendEnable {
+        /// The managed QP.
+        qp: QpHandle,
+        /// WQEs to release.
+        count: u32,
+    },
+    /// A NOP, completed by the host gate (upstream verbs has no RC NOP).
+    Nop,
+}
+
+/// Largest message size of an RC work request (2^31 bytes).
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
+
+/// Checks a send work request against the QP's capabilities and the rules
+/// of its opcode, as the simulator does; returns the reason it is refused.
+pub fn validate_send(wr: &SendWr<'_>, caps: &QpCaps) -> Result<(), RnicError> {
+    let inval = |m: String| Err(RnicError::InvalidArgument(m));
+    if matches!(wr.opcode, WrOpcode::Read { .. }) && matches!(wr.payload, Payload::Inline(_)) {
+        return inval("RDMA READ cannot be inline".into());
+    }
+    if !wr.opcode.moves_data() && !matches!(wr.payload, Payload::None) {
+        return inval("control WQEs carry no payload".into());
+    }
+    match wr.payload {
+        Payload::Sges(s) if s.len() as u32 > caps.max_send_sge => {
+            inval(format!("{} SGEs exceed max_send_sge {}", s.len(), caps.max_send_sge))
+        }
+        Payload::Inline(b) if b.len() as u32 > caps.max_inline_data => {
+            inval(format!("inline payload of {} B exceeds max_inline_data {}", b.len(), caps.max_inline_data))
+        }
+        _ if wr.len() > MAX_MESSAGE_BYTES => inval(format!("message of {} B exceeds 2 GiB", wr.len())),
+        _ => Ok(()),
+    }
+}
+
+/// Translates a trait work request into what the verbs backend does with
+/// it: the `ibv_send_wr` fields of a data WQE, or a control operation for
+/// the host gate. Does not check QP capabilities (see [`validate_send`]).
+pub fn translate_send(wr: &SendWr<'_>) -> Result<Translated, RnicError> {
+    let (opcode, remote, imm) = match wr.opcode {
+        WrOpcode::Write { remote } => (wr_opcode::RDMA_WRITE, Some(remote), None),
+        WrOpcode::WriteImm { remote, imm } => (wr_opcode::RDMA_WRITE_WITH_IMM, Some(remote), Some(imm)),
+        WrOpcode::Send => (wr_opcode::SEND, None, None),
+        WrOpcode::SendImm { imm } => (wr_opcode::SEND_WITH_IMM, None, Some(imm)),
+        WrOpcode::Read { remote } => (wr_opcode::RDMA_READ, Some(remote), None),
+        WrOpcode::Wait { cq, count } => return control(wr, Translated::Wait { cq, count }),
+        WrOpcode::SendEnable { qp, count } => return control(wr, Translated::SendEnable { qp, count }),
+        WrOpcode::Nop => return control(wr, Translated::Nop),
+    };
+    let len = wr.len();
+    if len > MAX_MESSAGE_BYTES {
+        return Err(RnicError::InvalidArgument(format!("message of {len} B exceeds 2 GiB")));
+    }
+    let (sg_list, inline_data, flags) = match wr.payload {
+        Payload::None => (SmallVec::new(), None, 0),
+        Payload::Sges(s) => (SmallVec::from_slice(s), None, 0),
+        Payload::Inline(_) if opcode == wr_opcode::RDMA_READ => {
+            return Err(RnicError::InvalidArgument("RDMA READ cannot be inline".into()))
+        }
+        Payload::Inline(b) => (SmallVec::new(), Some(Box::from(b)), send_flags::INLINE),
+    };
+    Ok(Translated::Hw(IbvSendWr {
+        opcode,
+        send_flags: flags,
+        sg_list,
+        inline_data,
+        remote_addr: remote.map_or(0, |r| r.addr),
+        rkey: remote.map_or(0, |r| r.rkey),
+        imm_data_be: imm.map_or(0, u32::to_be),
+        byte_len: len as u32,
+    }))
+}
+
+fn control(wr: &SendWr<'_>, t: Translated) -> Result<Translated, RnicError> {
+    if matches!(wr.payload, Payload::None) {
+        Ok(t)
+    } else {
+        Err(RnicError::InvalidArgument("control WQEs carry no payload".into()))
+    }
+}
+
+/// Maps `ibv_wc_status` to the trait's [`WcStatus`]. Statuses the trait has
+/// no name for are folded into the nearest one (see the match); the raw
+/// value's name is available from [`wc_status_name`].
+pub fn wc_status_from_raw(raw: u32) -> WcStatus {
+    use wc_status as s;
+    match raw {
+        s::SUCCESS => WcStatus::Success,
+        s::LOC_LEN_ERR => WcStatus::LocLenErr,
+        s::LOC_PROT_ERR | s::LOC_ACCESS_ERR | s::MW_BIND_ERR | s::LOC_RDD_VIOL_ERR => WcStatus::LocProtErr,
+        s::WR_FLUSH_ERR => WcStatus::WrFlushErr,
+        s::REM_INV_REQ_ERR | s::REM_INV_RD_REQ_ERR => WcStatus::RemInvReqErr,
+        s::REM_ACCESS_ERR => WcStatus::RemAccessErr,
+        s::REM_OP_ERR | s::BAD_RESP_ERR | s::REM_ABORT_ERR => WcStatus::RemOpErr,
+        s::RETRY_EXC_ERR | s::RESP_TIMEOUT_ERR => WcStatus::RetryExcErr,
+        s::RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+        _ => WcStatus::LocQpOpErr,
+    }
+}
+
+/// The libibverbs name of a raw `ibv_wc_status` (as `ibv_wc_status_str`
+/// would print it, without calling the library).
+pub fn wc_status_name(raw: u32) -> &'static str {
+    use wc_status as s;
+    match raw {
+        s::SUCCESS => "success",
+        s::LOC_LEN_ERR => "local length error",
+        s::LOC_QP_OP_ERR => "local QP operation error",
+        s::LOC_EEC_OP_ERR => "local EE context operation error",
+        s::LOC_PROT_ERR => "local protection error",
+        s::WR_FLUSH_ERR => "Work Request Flushed Error",
+        s::MW_BIND_ERR => "memory management operation error",
+        s::BAD_RESP_ERR => "bad response error",
+        s::LOC_ACCESS_ERR => "local access error",
+        s::REM_INV_REQ_ERR => "remote invalid request error",
+        s::REM_ACCESS_ERR => "remote access error",
+        s::REM_OP_ERR => "remote operation error",
+        s::RETRY_EXC_ERR => "transport retry counter exceeded",
+        s::RNR_RETRY_EXC_ERR => "RNR retry counter exceeded",
+        s::LOC_RDD_VIOL_ERR => "local RDD violation error",
+        s::REM_INV_RD_REQ_ERR => "remote invalid RD request",
+        s::REM_ABORT_ERR => "operation aborted",
+        s::INV_EECN_ERR => "invalid EE context number",
+        s::INV_EEC_STATE_ERR => "invalid EE context state",
+        s::FATAL_ERR => "fatal error",
+        s::RESP_TIMEOUT_ERR => "response timeout error",
+        s::GENERAL_ERR => "general error",
+        _ => "unknown",
+    }
+}
+
+/// Maps a successful completion's `ibv_wc_opcode` to [`WcOpcode`]; `None`
+/// for opcodes this backend never posts (atomics, memory windows, TSO,
+/// tag matching). On error completions the opcode field is undefined, so
+/// the backend takes the opcode from its own record of the work request.
+pub fn wc_opcode_from_raw(raw: u32) -> Option<WcOpcode> {
+    match raw {
+        wc_opcode::SEND => Some(WcOpcode::Send),
+        wc_opcode::RDMA_WRITE => Some(WcOpcode::Write),
+        wc_opcode::RDMA_READ => Some(WcOpcode::Read),
+        wc_opcode::RECV => Some(WcOpcode::Recv),
+        wc_opcode::RECV_RDMA_WITH_IMM => Some(WcOpcode::RecvRdmaWithImm),
+        _ => None,
+    }
+}
+
+/// The trait's completion opcode for a send work request.
+pub fn send_wc_opcode(op: &WrOpcode) -> WcOpcode {
+    match op {
+        WrOpcode::Write { .. } | WrOpcode::WriteImm { .. } => WcOpcode::Write,
+        WrOpcode::Send | WrOpcode::SendImm { .. } => WcOpcode::Send,
+        WrOpcode::Read { .. } => WcOpcode::Read,
+        WrOpcode::Wait { .. } => WcOpcode::Wait,
+        WrOpcode::SendEnable { .. } => WcOpcode::SendEnable,
+        WrOpcode::Nop => WcOpcode::Nop,
+    }
+}
+
+/// Maps a raw `ibv_qp_state` to [`QpState`]. SQD (drained) still sends when
+/// resumed and is reported as RTS; SQE (send queue error) is reported as ERR.
+pub fn qp_state_from_raw(raw: u32) -> Option<QpState> {
+    match raw {
+        qp_state::RESET => Some(QpState::Reset),
+        qp_state::INIT => Some(QpState::Init),
+        qp_state::RTR => Some(QpState::Rtr),
+        qp_state::RTS | qp_state::SQD => Some(QpState::Rts),
+        qp_state::SQE | qp_state::ERR => Some(QpState::Err),
+        _ => None,
+    }
+}
+
+/// The libibverbs call a failure came from, for error messages and for
+/// mapping its `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// `ibv_get_device_list`.
+    GetDeviceList,
+    /// `ibv_open_device`.
+    OpenDevice,
+    /// `ibv_query_device`.
+    QueryDevice,
+    /// `ibv_query_port`.
+    QueryPort,
+    /// `ibv_query_gid`.
+    QueryGid,
+    /// `ibv_alloc_pd`.
+    AllocPd,
+    /// `ibv_reg_mr`.
+    RegMr,
+    /// `ibv_create_cq`.
+    CreateCq,
+    /// `ibv_create_qp`.
+    CreateQp,
+    /// `ibv_modify_qp`.
+    ModifyQp,
+    /// `ibv_query_qp`.
+    QueryQp,
+    /// `ibv_post_send`.
+    PostSend,
+    /// `ibv_post_recv`.
+    PostRecv,
+    /// `ibv_poll_cq`.
+    PollCq,
+    /// One of the `ibv_destroy_*` / `ibv_dereg_mr` / `ibv_dealloc_pd` calls.
+    Destroy,
+}
+
+impl Verb {
+    /// The C function's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::GetDeviceList => "ibv_get_device_list",
+            Verb::OpenDevice => "ibv_open_device",
+            Verb::QueryDevice => "ibv_query_device",
+            Verb::QueryPort => "ibv_query_port",
+            Verb::QueryGid => "ibv_query_gid",
+            Verb::AllocPd => "ibv_alloc_pd",
+            Verb::RegMr => "ibv_reg_mr",
+            Verb::CreateCq => "ibv_create_cq",
+            Verb::CreateQp => "ibv_create_qp",
+            Verb::ModifyQp => "ibv_modify_qp",
+            Verb::QueryQp => "ibv_query_qp",
+            Verb::PostSend => "ibv_post_send",
+            Verb::PostRecv => "ibv_post_recv",
+            Verb::PollCq => "ibv_poll_cq",
+            Verb::Destroy => "ibv_destroy",
+        }
+    }
+}
+
+/// Maps the `errno` of a failed verb to [`RnicError`]. `queue_depth` is the
+/// depth reported when `ibv_post_send` / `ibv_post_recv` answer ENOMEM
+/// (a full work queue).
+pub fn errno_to_error(verb: Verb, errno: i32, queue_depth: u32) -> RnicError {
+    use self::errno as e;
+    let name = verb.name();
+    match (verb, errno) {
+        (Verb::PostSend, e::ENOMEM) => RnicError::QueueFull { queue: "send", depth: queue_depth },
+        (Verb::PostRecv, e::ENOMEM) => RnicError::QueueFull { queue: "recv", depth: queue_depth },
+        (Verb::RegMr, e::ENOMEM) | (Verb::RegMr, e::EPERM) | (Verb::RegMr, e::EAGAIN) => RnicError::Device(format!(
+            "{name}: cannot pin the memory region (errno {errno}); raise the locked-memory limit (ulimit -l)"
+        )),
+        (_, e::EINVAL) => RnicError::InvalidArgument(format!("{name} rejected an argument (EINVAL)")),
+        (_, e::EFAULT) => RnicError::InvalidArgument(format!("{name}: bad address (EFAULT)")),
+        (_, e::EOPNOTSUPP) | (_, e::ENOSYS) => RnicError::NotSupported(name),
+        (_, e::EBUSY) => RnicError::Busy(name),
+        (_, e::ENOMEM) | (_, e::ENOSPC) => RnicError::Device(format!("{name}: out of device or host resources")),
+        (_, e::EPERM) | (_, e::EACCES) => {
+            RnicError::Device(format!("{name}: permission denied (access to /dev/infiniband/uverbs*?)"))
+        }
+        (_, e::ENODEV) | (_, e::ENXIO) | (_, e::ENOENT) => RnicError::Device(format!("{name}: no such device")),
+        (_, e::ETIMEDOUT) => RnicError::Device(format!("{name}: timed out")),
+        (_, e::EIO) => RnicError::Device(format!("{name}: I/O error (device in a fatal state?)")),
+        _ => RnicError::Device(format!("{name} failed with errno {errno}")),
+    }
+}
+
+/// Bytes of a raw `ibv_mtu` value (`IBV_MTU_256` = 1 ... `IBV_MTU_4096` = 5).
+pub fn mtu_bytes(raw: u32) -> Option<u32> {
+    match raw {
+        1..=5 => Some(128 << raw),
+        _ => None,
+    }
+}
+
+/// Per-lane rate in Gb/s of a raw `ibv_port_attr::active_speed`, as
+/// `ibv_devinfo` names it (SDR 2.5 ... XDR 200).
+pub fn lane_gbps(active_speed: u8) -> Option<f64> {
+    match active_speed {
+        1 => Some(2.5),
+        2 => Some(5.0),
+        4 | 8 => Some(10.0),
+        16 => Some(14.0),
+        32 => Some(25.0),
+        64 => Some(50.0),
+        128 => Some(100.0),
+        _ => None,
+    }
+}
+
+/// Lanes of a raw `ibv_port_attr::active_width` (1X, 2X, 4X, 8X, 12X).
+pub fn lanes(active_width: u8) -> Option<u32> {
+    match active_width {
+        1 => Some(1),
+        2 => Some(4),
+        4 => Some(8),
+        8 => Some(12),
+        16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Link rate in Gb/s from raw width and speed; `None` if either is unknown.
+pub fn link_gbps(active_width: u8, active_speed: u8) -> Option<f64> {
+    Some(lanes(active_width)? as f64 * lane_gbps(active_speed)?)
+}
+
+/// The name of a raw port state, as `ibv_devinfo` prints it.
+pub fn port_state_name(raw: u32) -> &'static str {
+    match raw {
+        port_state::DOWN => "PORT_DOWN",
+        port_state::INIT => "PORT_INIT",
+        port_state::ARMED => "PORT_ARMED",
+        port_state::ACTIVE => "PORT_ACTIVE",
+        port_state::ACTIVE_DEFER => "PORT_ACTIVE_DEFER",
+        _ => "PORT_NOP",
+    }
+}
+
+/// The name of a raw link layer.
+pub fn link_layer_name(raw: u8) -> &'static str {
+    match raw {
+        link_layer::ETHERNET => "Ethernet",
+        link_layer::INFINIBAND | link_layer::UNSPECIFIED => "InfiniBand",
+        _ => "unknown",
+    }
+}
+
+/// The protocol a GID table entry addresses (sysfs `gid_attrs/types/N`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum GidKind {
+    /// `IB/RoCE v1`: InfiniBand, or RoCE v1 on an Ethernet port.
+    IbRoceV1,
+    /// `RoCE v2`: routable RoCE over UDP/IP.
+    RoceV2,
+    /// The type could not be read (old kernel, iWARP).
+    Unknown,
+}
+
+impl GidKind {
+    /// Parses the contents of a sysfs `gid_attrs/types/N` file.
+    pub fn from_sysfs(text: &str) -> GidKind {
+        match text.trim() {
+            "RoCE v2" => GidKind::RoceV2,
+            "IB/RoCE v1" => GidKind::IbRoceV1,
+            _ => GidKind::Unknown,
+        }
+    }
+
+    /// A short label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            GidKind::IbRoceV1 => "IB/RoCE v1",
+            GidKind::RoceV2 => "RoCE v2",
+            GidKind::Unknown => "unknown",
+        }
+    }
+}
+
+/// One entry of a port's GID table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GidEntry {
+    /// Table index (`sgid_index`).
+    pub index: u32,
+    /// The GID.
+    pub gid: Gid,
+    /// Its type.
+    pub kind: GidKind,
+}
+
+/// Formats a GID as an IPv6 address (`fe80::...`, `::ffff:10.0.0.1`).
+pub fn format_gid(gid: &Gid) -> String {
+    Ipv6Addr::from(*gid).to_string()
+}
+
+/// Parses a GID: an IPv6 address, or 32 hex digits with optional `:`.
+pub fn parse_gid(text: &str) -> Option<Gid> {
+    if let Ok(a) = text.trim().parse::<Ipv6Addr>() {
+        return Some(a.octets());
+    }
+    let hex: String = text.trim().chars().filter(|c| *c != ':').collect();
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut gid = [0u8; 16];
+    for (i, b) in gid.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(gid)
+}
+
+fn is_ipv4_mapped(gid: &Gid) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+fn is_link_local(gid: &Gid) -> bool {
+    gid[0] == 0xfe && gid[1] & 0xc0 == 0x80
+}
+
+/// Chooses the GID index RC QPs use as `sgid_index`. On an Ethernet port:
+/// a RoCE v2 GID with an IPv4-mapped address first (the address other
+/// hosts reach over routed RoCE), then a RoCE v2 global IPv6 address, then
+/// a RoCE v2 link-local one, then any RoCE v1 GID. On InfiniBand: the first
+/// non-zero GID (index 0 holds the port GID). Zero GIDs (unused slots) are
+/// never chosen.
+pub fn select_gid(entries: &[GidEntry], ethernet: bool) -> Option<&GidEntry> {
+    let used = || entries.iter().filter(|e| e.gid != [0u8; 16]);
+    if !ethernet {
+        return used().next();
+    }
+    let v2 = || used().filter(|e| e.kind == GidKind::RoceV2);
+    v2().find(|e| is_ipv4_mapped(&e.gid))
+        .or_else(|| v2().find(|e| !is_link_local(&e.gid)))
+        .or_else(|| v2().next())
+        .or_else(|| used().next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rnic::{AccessFlags, RemoteAddr};
+
+    fn wr(opcode: WrOpcode, payload: Payload<'_>) -> SendWr<'_> {
+        SendWr { wr_id: 7, opcode, payload, signaled: true }
+    }
+
+    #[test]
+    fn write_translates_to_rdma_write_fields() {
+        let sges = [Sge { addr: 0x1000, length: 64, lkey: 11 }, Sge { addr: 0x2000, length: 36, lkey: 12 }];
+        let t = translate_send(&wr(
+            WrOpcode::Write { remote: RemoteAddr { addr: 0xdead_0000, rkey: 0x55 } },
+            Payload::Sges(&sges),
+        ))
+        .expect("valid WRITE");
+        let Translated::Hw(d) = t else { panic!("WRITE must go to hardware, got {t:?}") };
+        assert_eq!(d.opcode, wr_opcode::RDMA_WRITE);
+        assert_eq!(d.send_flags, 0);
+        assert_eq!(d.sg_list.as_slice(), &sges);
+        assert_eq!(d.remote_addr, 0xdead_0000);
+        assert_eq!(d.rkey, 0x55);
+        assert_eq!(d.byte_len, 100);
+        assert_eq!(d.flags(true), send_flags::SIGNALED);
+        assert_eq!(d.flags(false), 0);
+    }
+
+    #[test]
+    fn inline_send_with_imm_sets_inline_flag_and_network_order_imm() {
+        let bytes = [1u8, 2, 3, 4, 5];
+        let t = translate_send(&wr(WrOpcode::SendImm { imm: 0x0102_0304 }, Payload::Inline(&bytes))).expect("valid");
+        let Translated::Hw(d) = t else { panic!("SEND must go to hardware") };
+        assert_eq!(d.opcode, wr_opcode::SEND_WITH_IMM);
+        assert_eq!(d.send_flags, send_flags::INLINE);
+        assert_eq!(d.flags(true), send_flags::INLINE | send_flags::SIGNALED);
+        assert_eq!(d.inline_data.as_deref(), Some(&bytes[..]));
+        assert!(d.sg_list.is_empty());
+        // The bytes in memory are the big-endian encoding of the value.
+        assert_eq!(d.imm_data_be.to_ne_bytes(), [1, 2, 3, 4]);
+        assert_eq!(d.byte_len, 5);
+    }
+
+    #[test]
+    fn read_and_write_imm_and_send_opcodes() {
+        let sge = [Sge { addr: 1, length: 8, lkey: 2 }];
+        let remote = RemoteAddr { addr: 9, rkey: 3 };
+        let cases = [
+            (WrOpcode::Read { remote }, wr_opcode::RDMA_READ),
+            (WrOpcode::WriteImm { remote, imm: 5 }, wr_opcode::RDMA_WRITE_WITH_IMM),
+            (WrOpcode::Send, wr_opcode::SEND),
+        ];
+        for (op, want) in cases {
+            match translate_send(&wr(op, Payload::Sges(&sge))) {
+                Ok(Translated::Hw(d)) => assert_eq!(d.opcode, want, "{op:?}"),
+                other => panic!("{op:?} translated to {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn control_opcodes_go_to_the_gate() {
+        let w = translate_send(&wr(WrOpcode::Wait { cq: CqHandle(3), count: 9 }, Payload::None));
+        assert_eq!(w, Ok(Translated::Wait { cq: CqHandle(3), count: 9 }));
+        let e = translate_send(&wr(WrOpcode::SendEnable { qp: QpHandle(4), count: 2 }, Payload::None));
+        assert_eq!(e, Ok(Translated::SendEnable { qp: QpHandle(4), count: 2 }));
+        assert_eq!(translate_send(&wr(WrOpcode::Nop, Payload::None)), Ok(Translated::Nop));
+        let bad = translate_send(&wr(WrOpcode::Nop, Payload::Inline(&[1])));
+        assert!(matches!(bad, Err(RnicError::InvalidArgument(_))), "{bad:?}");
+    }
+
+    #[test]
+    fn inline_read_is_refused() {
+        let r = translate_send(&wr(WrOpcode::Read { remote: RemoteAddr { addr: 0, rkey: 0 } }, Payload::Inline(&[0])));
+        assert!(matches!(r, Err(RnicError::InvalidArgument(ref m)) if m.contains("READ")), "{r:?}");
+    }
+
+    #[test]
+    fn validate_send_checks_caps() {
+        let caps = QpCaps { max_send_sge: 1, max_inline_data: 4, ..QpCaps::default() };
+        let sges = [Sge { addr: 0, length: 1, lkey: 0 }; 2];
+        let too_many = validate_send(&wr(WrOpcode::Send, Payload::Sges(&sges)), &caps);
+        assert!(matches!(too_many, Err(RnicError::InvalidArgument(ref m)) if m.contains("max_send_sge")));
+        let too_long = validate_send(&wr(WrOpcode::Send, Payload::Inline(&[0; 5])), &caps);
+        assert!(matches!(too_long, Err(RnicError::InvalidArgument(ref m)) if m.contains("max_inline_data")));
+        assert_eq!(validate_send(&wr(WrOpcode::Send, Payload::Inline(&[0; 4])), &caps), Ok(()));
+        let huge = [Sge { addr: 0, length: u32::MAX, lkey: 0 }];
+        assert!(validate_send(&wr(WrOpcode::Send, Payload::Sges(&huge)), &caps).is_err());
+    }
+
+    #[test]
+    fn marker_is_a_zero_length_write() {
+        let m = IbvSendWr::completion_marker();
+        assert_eq!(m.opcode, wr_opcode::RDMA_WRITE);
+        assert!(m.sg_list.is_empty() && m.inline_data.is_none());
+        assert_eq!(m.byte_len, 0);
+        assert_eq!(m.flags(true), send_flags::SIGNALED);
+    }
+
+    #[test]
+    fn access_bits_equal_ibv_access_flags() {
+        assert_eq!(AccessFlags::LOCAL_WRITE.bits(), access::LOCAL_WRITE);
+        assert_eq!(AccessFlags::REMOTE_WRITE.bits(), access::REMOTE_WRITE);
+        assert_eq!(AccessFlags::REMOTE_READ.bits(), access::REMOTE_READ);
+    }
+
+    #[test]
+    fn wc_status_mapping() {
+        use wc_status as s;
+        let cases = [
+            (s::SUCCESS, WcStatus::Success),
+            (s::LOC_LEN_ERR, WcStatus::LocLenErr),
+            (s::LOC_QP_OP_ERR, WcStatus::LocQpOpErr),
+            (s::LOC_PROT_ERR, WcStatus::LocProtErr),
+            (s::LOC_ACCESS_ERR, WcStatus::LocProtErr),
+            (s::WR_FLUSH_ERR, WcStatus::WrFlushErr),
+            (s::REM_INV_REQ_ERR, WcStatus::RemInvReqErr),
+            (s::REM_ACCESS_ERR, WcStatus::RemAccessErr),
+            (s::REM_OP_ERR, WcStatus::RemOpErr),
+            (s::BAD_RESP_ERR, WcStatus::RemOpErr),
+            (s::RETRY_EXC_ERR, WcStatus::RetryExcErr),
+            (s::RESP_TIMEOUT_ERR, WcStatus::RetryExcErr),
+            (s::RNR_RETRY_EXC_ERR, WcStatus::RnrRetryExcErr),
+            (s::FATAL_ERR, WcStatus::LocQpOpErr),
+            (s::GENERAL_ERR, WcStatus::LocQpOpErr),
+            (999, WcStatus::LocQpOpErr),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(wc_status_from_raw(raw), want, "raw status {raw} ({})", wc_status_name(raw));
+        }
+        assert_eq!(wc_status_name(s::WR_FLUSH_ERR), "Work Request Flushed Error");
+        assert_eq!(wc_status_name(12345), "unknown");
+    }
+
+    #[test]
+    fn wc_opcode_mapping() {
+        assert_eq!(wc_opcode_from_raw(wc_opcode::SEND), Some(WcOpcode::Send));
+        assert_eq!(wc_opcode_from_raw(wc_opcode::RDMA_WRITE), Some(WcOpcode::Write));
+        assert_eq!(wc_opcode_from_raw(wc_opcode::RDMA_READ), Some(WcOpcode::Read));
+        assert_eq!(wc_opcode_from_raw(wc_opcode::RECV), Some(WcOpcode::Recv));
+        assert_eq!(wc_opcode_from_raw(wc_opcode::RECV_RDMA_WITH_IMM), Some(WcOpcode::RecvRdmaWithImm));
+        assert_eq!(wc_opcode_from_raw(3), None, "atomics are never posted");
+        assert_eq!(
+            send_wc_opcode(&WrOpcode::WriteImm { remote: RemoteAddr { addr: 0, rkey: 0 }, imm: 1 }),
+            WcOpcode::Write
+        );
+        assert_eq!(send_wc_opcode(&WrOpcode::SendEnable { qp: QpHandle(0), count: 1 }), WcOpcode::SendEnable);
+    }
+
+    #[test]
+    fn qp_state_mapping() {
+        assert_eq!(qp_state_from_raw(qp_state::RESET), Some(QpState::Reset));
+        assert_eq!(qp_state_from_raw(qp_state::INIT), Some(QpState::Init));
+        assert_eq!(qp_state_from_raw(qp_state::RTR), Some(QpState::Rtr));
+        assert_eq!(qp_state_from_raw(qp_state::RTS), Some(QpState::Rts));
+        assert_eq!(qp_state_from_raw(qp_state::SQE), Some(QpState::Err));
+        assert_eq!(qp_state_from_raw(qp_state::ERR), Some(QpState::Err));
+        assert_eq!(qp_state_from_raw(7), None);
+    }
+
+    #[test]
+    fn errno_mapping() {
+        use errno as e;
+        assert_eq!(errno_to_error(Verb::PostSend, e::ENOMEM, 128), RnicError::QueueFull { queue: "send", depth: 128 });
+        assert_eq!(errno_to_error(Verb::PostRecv, e::ENOMEM, 16), RnicError::QueueFull { queue: "recv", depth: 16 });
+        assert!(
+            matches!(errno_to_error(Verb::ModifyQp, e::EINVAL, 0), RnicError::InvalidArgument(m) if m.contains("ibv_modify_qp"))
+        );
+        assert_eq!(errno_to_error(Verb::CreateQp, e::EOPNOTSUPP, 0), RnicError::NotSupported("ibv_create_qp"));
+        assert_eq!(errno_to_error(Verb::CreateCq, e::ENOSYS, 0), RnicError::NotSupported("ibv_create_cq"));
+        assert_eq!(errno_to_error(Verb::Destroy, e::EBUSY, 0), RnicError::Busy("ibv_destroy"));
+        assert!(matches!(errno_to_error(Verb::RegMr, e::ENOMEM, 0), RnicError::Device(m) if m.contains("ulimit -l")));
+        assert!(
+            matches!(errno_to_error(Verb::CreateQp, e::ENOMEM, 0), RnicError::Device(m) if m.contains("resources"))
+        );
+        assert!(
+            matches!(errno_to_error(Verb::OpenDevice, e::EACCES, 0), RnicError::Device(m) if m.contains("permission"))
+        );
+        assert!(
+            matches!(errno_to_error(Verb::OpenDevice, e::ENODEV, 0), RnicError::Device(m) if m.contains("no such device"))
+        );
+        assert!(matches!(errno_to_error(Verb::PollCq, 4242, 0), RnicError::Device(m) if m.contains("4242")));
+    }
+
+    #[test]
+    fn mtu_and_rate() {
+        assert_eq!(mtu_bytes(1), Some(256));
+        assert_eq!(mtu_bytes(3), Some(1024));
+        assert_eq!(mtu_bytes(5), Some(4096));
+        assert_eq!(mtu_bytes(0), None);
+        assert_eq!(mtu_bytes(6), None);
+        // 100 GbE RoCE reports 4X EDR; 200 Gb/s HDR is 4X HDR; Soft-RoCE on 10 GbE is 1X QDR.
+        assert_eq!(link_gbps(2, 32), Some(100.0));
+        assert_eq!(link_gbps(2, 64), Some(200.0));
+        assert_eq!(link_gbps(1, 4), Some(10.0));
+        assert_eq!(link_gbps(3, 32), None);
+        assert_eq!(port_state_name(port_state::ACTIVE), "PORT_ACTIVE");
+        assert_eq!(port_state_name(port_state::DOWN), "PORT_DOWN");
+        assert_eq!(link_layer_name(link_layer::ETHERNET), "Ethernet");
+        assert_eq!(link_layer_name(link_layer::UNSPECIFIED), "InfiniBand");
+    }
+
+    fn gid(text: &str) -> Gid {
+        parse_gid(text).expect("test GID")
+    }
+
+    #[test]
+    fn gid_formatting_and_parsing() {
+        let g = gid("::ffff:10.0.0.1");
+        assert_eq!(g[10..], [0xff, 0xff, 10, 0, 0, 1]);
+        assert_eq!(format_gid(&g), "::ffff:10.0.0.1");
+        // sysfs format: eight groups of four hex digits.
+        let s = gid("fe80:0000:0000:0000:0202:c9ff:fe00:0001");
+        assert_eq!(format_gid(&s), "fe80::202:c9ff:fe00:1");
+        assert_eq!(parse_gid("fe800000000000000202c9fffe000001"), Some(s));
+        assert_eq!(parse_gid("not a gid"), None);
+        assert_eq!(parse_gid("fe80"), None);
+    }
+
+    #[test]
+    fn gid_kind_from_sysfs() {
+        assert_eq!(GidKind::from_sysfs("RoCE v2\n"), GidKind::RoceV2);
+        assert_eq!(GidKind::from_sysfs("IB/RoCE v1\n"), GidKind::IbRoceV1);
+        assert_eq!(GidKind::from_sysfs(""), GidKind::Unknown);
+    }
+
+    #[test]
+    fn roce_v2_ipv4_gid_is_preferred() {
+        let e = |index, g: &str, kind| GidEntry { index, gid: gid(g), kind };
+        let table = vec![
+            e(0, "fe80::1", GidKind::IbRoceV1),
+            e(1, "fe80::1", GidKind::RoceV2),
+            e(2, "::ffff:192.168.1.5", GidKind::IbRoceV1),
+            e(3, "::ffff:192.168.1.5", GidKind::RoceV2),
+            e(4, "2001:db8::5", GidKind::RoceV2),
+        ];
+        assert_eq!(select_gid(&table, true).map(|e| e.index), Some(3));
+        assert_eq!(select_gid(&table[..3], true).map(|e| e.index), Some(1), "v2 link-local beats v1");
+        let no_v4: Vec<_> = table.iter().filter(|e| e.index != 3).cloned().collect();
+        assert_eq!(select_gid(&no_v4, true).map(|e| e.index), Some(4), "v2 global beats v2 link-local");
+        assert_eq!(select_gid(&table[..1], true).map(|e| e.index), Some(0), "v1 as a last resort");
+        assert_eq!(select_gid(&table, false).map(|e| e.index), Some(0), "InfiniBand uses the port GID");
+        let empty = [GidEntry { index: 0, gid: [0; 16], kind: GidKind::RoceV2 }];
+        assert_eq!(select_gid(&empty, true), None, "unused slots are never chosen");
+    }
+}

@@ -1,0 +1,866 @@
+//! The only module of the verbs backend with `unsafe` code: thin owning
+//! wrappers over the libibverbs objects (`rdma-sys` bindings), each call
+//! with a `// SAFETY:` comment.
+//!
+//! Ownership makes use-after-free unwritable in safe code:
+//! - a [`Pd`] and a [`Cq`] hold an `Arc<Context>`; an [`Mr`] holds an
+//!   `Arc<Pd>`; a [`Qp`] holds an `Arc<Pd>` and `Arc<Cq>`s for its CQs;
+//! - each wrapper destroys its object in `Drop`, so a parent (context, PD,
+//!   CQ) is destroyed only after the last object that uses it;
+//! - if a destroy call fails, the object may still be in use by the device:
+//!   the wrapper then leaks a reference to its parents (and an MR its
+//!   buffer) instead of freeing memory the NIC might still access.
+//!
+//! Memory regions are buffers this module allocates (page-aligned,
+//! zeroed) and owns. The CPU reaches them only by raw copies
+//! ([`Mr::write`], [`Mr::read`]); no Rust reference to a buffer is ever
+//! created, because the NIC may DMA into it at any time.
+
+use std::alloc::{self, Layout};
+use std::os::raw::c_int;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use rdma_sys as ffi;
+
+use crate::rnic::ibv_abi::{errno_to_error, IbvSendWr, Verb};
+use crate::rnic::{Gid, QpCaps, RnicError, Sge};
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The errno of a verb that returns it directly (0 on success); some
+/// providers return -1 and set `errno` instead.
+fn rc_errno(rc: c_int) -> i32 {
+    if rc > 0 {
+        rc
+    } else {
+        last_errno()
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; it returns -1 on error.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn c_chars_to_string(chars: &[std::os::raw::c_char]) -> String {
+    let bytes: Vec<u8> = chars.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The list of devices libibverbs knows (`ibv_get_device_list`).
+pub struct DeviceList {
+    list: NonNull<*mut ffi::ibv_device>,
+    len: usize,
+}
+
+impl DeviceList {
+    /// Asks libibverbs for its devices. Fails (with the errno's text) when
+    /// the kernel has no RDMA support (`ENOSYS`) or uverbs is unreachable.
+    pub fn get() -> Result<DeviceList, RnicError> {
+        let mut n: c_int = 0;
+        // SAFETY: the pointer is valid for the call; the function returns
+        // NULL or an array of `n` device pointers (NULL-terminated) that we
+        // own until `ibv_free_device_list`.
+        let p = unsafe { ffi::ibv_get_device_list(&mut n) };
+        match NonNull::new(p) {
+            Some(list) => Ok(DeviceList { list, len: n.max(0) as usize }),
+            None => {
+                let e = last_errno();
+                Err(RnicError::Device(format!("ibv_get_device_list failed: {}", std::io::Error::from_raw_os_error(e))))
+            }
+        }
+    }
+
+    /// Number of devices.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn device(&self, i: usize) -> Option<NonNull<ffi::ibv_device>> {
+        if i >= self.len {
+            return None;
+        }
+        // SAFETY: `i < len`, and the array holds `len` valid entries while
+        // the list is alive.
+        NonNull::new(unsafe { *self.list.as_ptr().add(i) })
+    }
+
+    /// The name of device `i`.
+    pub fn name(&self, i: usize) -> Option<String> {
+        let d = self.device(i)?;
+        // SAFETY: `d` is a live device of the list; the returned pointer is
+        // NULL or the device's NUL-terminated name, valid while the list is.
+        let p = unsafe { ffi::ibv_get_device_name(d.as_ptr()) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL, NUL-terminated, valid for the list's lifetime.
+        Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// The transport type (`IBV_TRANSPORT_*`) of device `i`.
+    pub fn transport(&self, i: usize) -> Option<i32> {
+        let d = self.device(i)?;
+        // SAFETY: `d` points at a live `struct ibv_device`; reading a field.
+        Some(unsafe { (*d.as_ptr()).transport_type })
+    }
+
+    /// Opens device `i` (`ibv_open_device`).
+    pub fn open(&self, i: usize) -> Result<Context, RnicError> {
+        let d = self.device(i).ok_or_else(|| RnicError::InvalidArgument(format!("no device number {i}")))?;
+        // SAFETY: `d` is a live device of the list. The context stays valid
+        // after the list is freed (libibverbs documents this).
+        let ctx = unsafe { ffi::ibv_open_device(d.as_ptr()) };
+        let ptr = NonNull::new(ctx).ok_or_else(|| errno_to_error(Verb::OpenDevice, last_errno(), 0))?;
+        Ok(Context { ptr })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        unsafe { ffi::ibv_free_device_list(self.list.as_ptr()) }
+    }
+}
+
+/// The device attributes the backend uses (`struct ibv_device_attr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Firmware version.
+    pub fw_ver: String,
+    /// Node GUID (network byte order as stored).
+    pub node_guid: u64,
+    /// PCI vendor id.
+    pub vendor_id: u32,
+    /// PCI part id.
+    pub vendor_part_id: u32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// Largest number of QPs.
+    pub max_qp: u32,
+    /// Largest work queue.
+    pub max_qp_wr: u32,
+    /// SGEs per WQE.
+    pub max_sge: u32,
+    /// Largest CQ.
+    pub max_cqe: u32,
+    /// Outstanding RDMA READs a QP may answer.
+    pub max_qp_rd_atom: u32,
+    /// Outstanding RDMA READs a QP may issue.
+    pub max_qp_init_rd_atom: u32,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// The port attributes the backend uses (`struct ibv_port_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `IBV_PORT_*` state.
+    pub state: u32,
+    /// Active MTU (`IBV_MTU_*`).
+    pub active_mtu: u32,
+    /// GID table length.
+    pub gid_tbl_len: u32,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// Raw active width.
+    pub active_width: u8,
+    /// Raw active speed.
+    pub active_speed: u8,
+    /// `IBV_LINK_LAYER_*`.
+    pub link_layer: u8,
+}
+
+/// An open device context (`struct ibv_context`).
+pub struct Context {
+    ptr: NonNull<ffi::ibv_context>,
+}
+
+// SAFETY: libibverbs objects may be used from any thread (the library and
+// its providers lock internally); the wrapper has no thread-local state.
+unsafe impl Send for Context {}
+// SAFETY: as above; the methods taking `&self` are thread-safe verbs.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> Result<DeviceAttr, RnicError> {
+        // SAFETY: `ibv_device_attr` is plain data; all-zero is a valid value.
+        let mut a: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; `a` is valid for writes for the call.
+        let rc = unsafe { ffi::ibv_query_device(self.ptr.as_ptr(), &mut a) };
+        if rc != 0 {
+            return Err(errno_to_error(Verb::QueryDevice, rc_errno(rc), 0));
+        }
+        let u = |v: c_int| v.max(0) as u32;
+        Ok(DeviceAttr {
+            fw_ver: c_chars_to_string(&a.fw_ver),
+            node_guid: a.node_guid,
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+            max_mr_size: a.max_mr_size,
+            max_qp: u(a.max_qp),
+            max_qp_wr: u(a.max_qp_wr),
+            max_sge: u(a.max_sge),
+            max_cqe: u(a.max_cqe),
+            max_qp_rd_atom: u(a.max_qp_rd_atom),
+            max_qp_init_rd_atom: u(a.max_qp_init_rd_atom),
+            phys_port_cnt: a.phys_port_cnt,
+        })
+    }
+
+    /// `ibv_query_port`.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr, RnicError> {
+        // SAFETY: `ibv_port_attr` is plain data; all-zero is a valid value.
+        let mut a: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; `a` is valid for writes of its full size,
+        // which is what `___ibv_query_port` passes to the provider (it is
+        // the inline `ibv_query_port` of <infiniband/verbs.h>).
+        let rc = unsafe { ffi::___ibv_query_port(self.ptr.as_ptr(), port, &mut a) };
+        if rc != 0 {
+            return Err(errno_to_error(Verb::QueryPort, rc_errno(rc), 0));
+        }
+        Ok(PortAttr {
+            state: a.state,
+            active_mtu: a.active_mtu,
+            gid_tbl_len: a.gid_tbl_len.max(0) as u32,
+            lid: a.lid,
+            active_width: a.active_width,
+            active_speed: a.active_speed,
+            link_layer: a.link_layer,
+        })
+    }
+
+    /// `ibv_query_gid`.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid, RnicError> {
+        let mut g = ffi::ibv_gid { raw: [0; 16] };
+        let idx = c_int::try_from(index).map_err(|_| RnicError::InvalidArgument(format!("GID index {index}")))?;
+        // SAFETY: live context; `g` is valid for writes for the call.
+        let rc = unsafe { ffi::ibv_query_gid(self.ptr.as_ptr(), port, idx, &mut g) };
+        if rc != 0 {
+            return Err(errno_to_error(Verb::QueryGid, rc_errno(rc), 0));
+        }
+        // SAFETY: every bit pattern of the union is a valid `[u8; 16]`.
+        Ok(unsafe { g.raw })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: every PD and CQ holds an `Arc<Context>`, so none is alive
+        // any more; the context is closed once.
+        unsafe {
+            ffi::ibv_close_device(self.ptr.as_ptr());
+        }
+    }
+}
+
+/// A protection domain.
+pub struct Pd {
+    ptr: NonNull<ffi::ibv_pd>,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for Pd {}
+// SAFETY: see `Context`.
+unsafe impl Sync for Pd {}
+
+impl Pd {
+    /// `ibv_alloc_pd`.
+    pub fn new(ctx: &Arc<Context>) -> Result<Arc<Pd>, RnicError> {
+        // SAFETY: live context.
+        let p = unsafe { ffi::ibv_alloc_pd(ctx.ptr.as_ptr()) };
+        let ptr = NonNull::new(p).ok_or_else(|| errno_to_error(Verb::AllocPd, last_errno(), 0))?;
+        Ok(Arc::new(Pd { ptr, ctx: ctx.clone() }))
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: every MR and QP of the PD holds an `Arc<Pd>`, so none is
+        // alive; the PD is deallocated once.
+        let rc = unsafe { ffi::ibv_dealloc_pd(self.ptr.as_ptr()) };
+        if rc != 0 {
+            // The device still knows the PD: keep the context open.
+            std::mem::forget(self.ctx.clone());
+        }
+    }
+}
+
+struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn zeroed(len: usize) -> Result<AlignedBuf, RnicError> {
+        if len == 0 {
+            return Err(RnicError::InvalidArgument("memory region length 0".into()));
+        }
+        let layout = Layout::from_size_align(len, page_size())
+            .map_err(|e| RnicError::InvalidArgument(format!("memory region of {len} B: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr =
+            NonNull::new(p).ok_or_else(|| RnicError::Device(format!("cannot allocate {len} B of host memory")))?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `alloc_zeroed` with this layout, freed once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// A registered memory region over a buffer this wrapper owns.
+pub struct Mr {
+    ptr: NonNull<ffi::ibv_mr>,
+    buf: Option<AlignedBuf>,
+    pd: Arc<Pd>,
+    len: usize,
+    lkey: u32,
+    rkey: u32,
+}
+
+// SAFETY: see `Context`; the buffer is reached only by raw copies.
+unsafe impl Send for Mr {}
+// SAFETY: as above.
+unsafe impl Sync for Mr {}
+
+impl Mr {
+    /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers
+    /// it (`ibv_reg_mr`) with the `IBV_ACCESS_*` bits `access`.
+    pub fn register(pd: &Arc<Pd>, len: usize, access: u32) -> Result<Mr, RnicError> {
+        let buf = AlignedBuf::zeroed(len)?;
+        let acc =
+            c_int::try_from(access).map_err(|_| RnicError::InvalidArgument(format!("access flags {access:#x}")))?;
+        // SAFETY: live PD; the buffer is valid for `len` bytes and outlives
+        // the registration (it is freed only after `ibv_dereg_mr` succeeded).
+        let p = unsafe { ffi::ibv_reg_mr(pd.ptr.as_ptr(), buf.ptr.as_ptr().cast(), len, acc) };
+        let ptr = NonNull::new(p).ok_or_else(|| errno_to_error(Verb::RegMr, last_errno(), 0))?;
+        // SAFETY: `ptr` is the live `struct ibv_mr` just returned.
+        let (lkey, rkey) = unsafe { ((*ptr.as_ptr()).lkey, (*ptr.as_ptr()).rkey) };
+        Ok(Mr { ptr, buf: Some(buf), pd: pd.clone(), len, lkey, rkey })
+    }
+
+    /// Virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.buf.as_ref().map_or(0, |b| b.ptr.as_ptr() as u64)
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    fn span(&self, off: usize, n: usize, what: &str) -> Result<*mut u8, RnicError> {
+        let buf = self.buf.as_ref().ok_or(RnicError::Device("memory region without a buffer".into()))?;
+        match off.checked_add(n) {
+            Some(end) if end <= self.len => Ok(buf.ptr.as_ptr().wrapping_add(off)),
+            _ => Err(RnicError::InvalidArgument(format!(
+                "{what} of {n} B at offset {off} leaves the {} B region",
+                self.len
+            ))),
+        }
+    }
+
+    /// Copies `data` into the region at `off`.
+    pub fn write(&self, off: usize, data: &[u8]) -> Result<(), RnicError> {
+        let dst = self.span(off, data.len(), "write")?;
+        // SAFETY: `dst..dst+len` lies inside the owned buffer (checked by
+        // `span`); `data` is a distinct Rust slice, so the ranges do not
+        // overlap. No reference to the buffer exists (only raw copies).
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+        Ok(())
+    }
+
+    /// Copies the region at `off` into `out`.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> Result<(), RnicError> {
+        let src = self.span(off, out.len(), "read")?;
+        // SAFETY: as in `write`, with the roles swapped.
+        unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) }
+        Ok(())
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: the MR is live and deregistered once.
+        let rc = unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
+        if rc != 0 {
+            // The NIC may still reach the buffer: never free it, keep the PD.
+            std::mem::forget(self.buf.take());
+            std::mem::forget(self.pd.clone());
+        }
+    }
+}
+
+/// A completion as libibverbs reports it, copied out of `struct ibv_wc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawWc {
+    /// The device `wr_id`.
+    pub wr_id: u64,
+    /// `ibv_wc_status`.
+    pub status: u32,
+    /// `ibv_wc_opcode` (valid only on success).
+    pub opcode: u32,
+    /// Vendor syndrome of an error.
+    pub vendor_err: u32,
+    /// Bytes (receive side, READ).
+    pub byte_len: u32,
+    /// Immediate data, host order, if `IBV_WC_WITH_IMM`.
+    pub imm: Option<u32>,
+    /// Local QP number.
+    pub qp_num: u32,
+}
+
+/// A reusable buffer for `ibv_poll_cq`.
+pub struct WcBuf(Vec<ffi::ibv_wc>);
+
+impl WcBuf {
+    /// Room for `n` completions per poll.
+    pub fn new(n: usize) -> WcBuf {
+        // SAFETY: `ibv_wc` is plain data (integers and a union of u32s);
+        // all-zero is a valid value.
+        WcBuf((0..n.max(1)).map(|_| unsafe { std::mem::zeroed() }).collect())
+    }
+}
+
+/// A completion queue.
+pub struct Cq {
+    ptr: NonNull<ffi::ibv_cq>,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for Cq {}
+// SAFETY: see `Context`.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// `ibv_create_cq` with at least `depth` entries.
+    pub fn new(ctx: &Arc<Context>, depth: u32) -> Result<Arc<Cq>, RnicError> {
+        let n = c_int::try_from(depth).map_err(|_| RnicError::InvalidArgument(format!("CQ depth {depth}")))?;
+        // SAFETY: live context; no completion channel, no user context.
+        let p = unsafe { ffi::ibv_create_cq(ctx.ptr.as_ptr(), n, ptr::null_mut(), ptr::null_mut(), 0) };
+        let ptr = NonNull::new(p).ok_or_else(|| errno_to_error(Verb::CreateCq, last_errno(), 0))?;
+        Ok(Arc::new(Cq { ptr, ctx: ctx.clone() }))
+    }
+
+    /// `ibv_poll_cq` for up to the buffer's size; appends to `out`.
+    pub fn poll(&self, buf: &mut WcBuf, out: &mut Vec<RawWc>) -> Result<usize, RnicError> {
+        let n = c_int::try_from(buf.0.len()).unwrap_or(c_int::MAX);
+        // SAFETY: live CQ; the buffer holds `n` writable `ibv_wc`s.
+        let got = unsafe { ffi::ibv_poll_cq(self.ptr.as_ptr(), n, buf.0.as_mut_ptr()) };
+        if got < 0 {
+            return Err(errno_to_error(Verb::PollCq, -got, 0));
+        }
+        let got = (got as usize).min(buf.0.len());
+        for wc in &buf.0[..got] {
+            let with_imm = wc.wc_flags & ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
+            // SAFETY: both members of the union are `u32`; any value is valid.
+            let imm_be = unsafe { wc.imm_data_invalidated_rkey_union.imm_data };
+            out.push(RawWc {
+                wr_id: wc.wr_id,
+                status: wc.status,
+                opcode: wc.opcode,
+                vendor_err: wc.vendor_err,
+                byte_len: wc.byte_len,
+                imm: with_imm.then(|| u32::from_be(imm_be)),
+                qp_num: wc.qp_num,
+            });
+        }
+        Ok(got)
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: every QP using the CQ holds an `Arc<Cq>`, so none is alive;
+        // destroyed once.
+        let rc = unsafe { ffi::ibv_destroy_cq(self.ptr.as_ptr()) };
+        if rc != 0 {
+            std::mem::forget(self.ctx.clone());
+        }
+    }
+}
+
+/// Attributes of the INIT -> RTR transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtrAttr {
+    /// `IBV_MTU_*` path MTU.
+    pub path_mtu: u32,
+    /// Remote QP number.
+    pub dest_qp_num: u32,
+    /// Remote starting PSN.
+    pub rq_psn: u32,
+    /// Incoming RDMA READs in flight.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Local port.
+    pub port: u8,
+    /// Remote GID.
+    pub dgid: Gid,
+    /// Local GID index.
+    pub sgid_index: u8,
+    /// IP TTL / hop limit.
+    pub hop_limit: u8,
+    /// IP traffic class byte (DSCP << 2).
+    pub traffic_class: u8,
+    /// Service level (PCP priority on RoCE, SL on InfiniBand).
+    pub sl: u8,
+    /// Remote LID (InfiniBand; 0 on RoCE).
+    pub dlid: u16,
+}
+
+/// Attributes of the RTR -> RTS transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtsAttr {
+    /// Local starting PSN.
+    pub sq_psn: u32,
+    /// Local ACK timeout code (4.096 us * 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// Outgoing RDMA READs in flight.
+    pub max_rd_atomic: u8,
+}
+
+/// One QP state change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpModify {
+    /// RESET -> INIT.
+    Init {
+        /// Port number.
+        port: u8,
+        /// `IBV_ACCESS_*` remote rights.
+        access: u32,
+    },
+    /// INIT -> RTR.
+    Rtr(RtrAttr),
+    /// RTR -> RTS.
+    Rts(RtsAttr),
+    /// Any -> ERR.
+    Err,
+    /// Any -> RESET.
+    Reset,
+}
+
+/// One send WQE to post.
+pub struct SendItem<'a> {
+    /// Device `wr_id`.
+    pub wr_id: u64,
+    /// `IBV_SEND_SIGNALED`.
+    pub signaled: bool,
+    /// The fields.
+    pub wr: &'a IbvSendWr,
+}
+
+/// An RC queue pair.
+pub struct Qp {
+    ptr: NonNull<ffi::ibv_qp>,
+    pd: Arc<Pd>,
+    send_cq: Arc<Cq>,
+    recv_cq: Arc<Cq>,
+    qp_num: u32,
+    caps: QpCaps,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for Qp {}
+// SAFETY: see `Context`.
+unsafe impl Sync for Qp {}
+
+impl Qp {
+    /// `ibv_create_qp` of an RC QP (`sq_sig_all = 0`).
+    pub fn new(pd: &Arc<Pd>, send_cq: &Arc<Cq>, recv_cq: &Arc<Cq>, caps: QpCaps) -> Result<Qp, RnicError> {
+        // SAFETY: `ibv_qp_init_attr` is plain data; all-zero is valid.
+        let mut a: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        a.send_cq = send_cq.ptr.as_ptr();
+        a.recv_cq = recv_cq.ptr.as_ptr();
+        a.cap = ffi::ibv_qp_cap {
+            max_send_wr: caps.max_send_wr,
+            max_recv_wr: caps.max_recv_wr,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline_data: caps.max_inline_data,
+        };
+        a.qp_type = ffi::ibv_qp_type::IBV_QPT_RC;
+        a.sq_sig_all = 0;
+        // SAFETY: live PD and CQs of the same context (the backend creates
+        // them all from one context); `a` is valid for reads and writes.
+        let p = unsafe { ffi::ibv_create_qp(pd.ptr.as_ptr(), &mut a) };
+        let ptr = NonNull::new(p).ok_or_else(|| errno_to_error(Verb::CreateQp, last_errno(), 0))?;
+        // SAFETY: `ptr` is the live QP just created.
+        let qp_num = unsafe { (*ptr.as_ptr()).qp_num };
+        let actual = QpCaps {
+            max_send_wr: a.cap.max_send_wr,
+            max_recv_wr: a.cap.max_recv_wr,
+            max_send_sge: a.cap.max_send_sge,
+            max_recv_sge: a.cap.max_recv_sge,
+            max_inline_data: a.cap.max_inline_data,
+        };
+        Ok(Qp { ptr, pd: pd.clone(), send_cq: send_cq.clone(), recv_cq: recv_cq.clone(), qp_num, caps: actual })
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// The queue sizes the device granted.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// `ibv_modify_qp` with the attribute mask of the transition.
+    pub fn modify(&self, m: QpModify) -> Result<(), RnicError> {
+        use ffi::ibv_qp_attr_mask as k;
+        use ffi::ibv_qp_state as s;
+        // SAFETY: `ibv_qp_attr` is plain data; all-zero is valid.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        let mask = match m {
+            QpModify::Init { port, access } => {
+                a.qp_state = s::IBV_QPS_INIT;
+                a.pkey_index = 0;
+                a.port_num = port;
+                a.qp_access_flags = access;
+                k::IBV_QP_STATE.0 | k::IBV_QP_PKEY_INDEX.0 | k::IBV_QP_PORT.0 | k::IBV_QP_ACCESS_FLAGS.0
+            }
+            QpModify::Rtr(r) => {
+                a.qp_state = s::IBV_QPS_RTR;
+                a.path_mtu = r.path_mtu;
+                a.dest_qp_num = r.dest_qp_num;
+                a.rq_psn = r.rq_psn;
+                a.max_dest_rd_atomic = r.max_dest_rd_atomic;
+                a.min_rnr_timer = r.min_rnr_timer;
+                a.ah_attr.is_global = 1;
+                a.ah_attr.grh.dgid = ffi::ibv_gid { raw: r.dgid };
+                a.ah_attr.grh.sgid_index = r.sgid_index;
+                a.ah_attr.grh.hop_limit = r.hop_limit;
+                a.ah_attr.grh.traffic_class = r.traffic_class;
+                a.ah_attr.sl = r.sl;
+                a.ah_attr.dlid = r.dlid;
+                a.ah_attr.port_num = r.port;
+                k::IBV_QP_STATE.0
+                    | k::IBV_QP_AV.0
+                    | k::IBV_QP_PATH_MTU.0
+                    | k::IBV_QP_DEST_QPN.0
+                    | k::IBV_QP_RQ_PSN.0
+                    | k::IBV_QP_MAX_DEST_RD_ATOMIC.0
+                    | k::IBV_QP_MIN_RNR_TIMER.0
+            }
+            QpModify::Rts(r) => {
+                a.qp_state = s::IBV_QPS_RTS;
+                a.sq_psn = r.sq_psn;
+                a.timeout = r.timeout;
+                a.retry_cnt = r.retry_cnt;
+                a.rnr_retry = r.rnr_retry;
+                a.max_rd_atomic = r.max_rd_atomic;
+                k::IBV_QP_STATE.0
+                    | k::IBV_QP_SQ_PSN.0
+                    | k::IBV_QP_TIMEOUT.0
+                    | k::IBV_QP_RETRY_CNT.0
+                    | k::IBV_QP_RNR_RETRY.0
+                    | k::IBV_QP_MAX_QP_RD_ATOMIC.0
+            }
+            QpModify::Err => {
+                a.qp_state = s::IBV_QPS_ERR;
+                k::IBV_QP_STATE.0
+            }
+            QpModify::Reset => {
+                a.qp_state = s::IBV_QPS_RESET;
+                k::IBV_QP_STATE.0
+            }
+        };
+        // SAFETY: live QP; `a` is valid for the call and `mask` names only
+        // the fields set above.
+        let rc = unsafe { ffi::ibv_modify_qp(self.ptr.as_ptr(), &mut a, mask as c_int) };
+        if rc != 0 {
+            return Err(errno_to_error(Verb::ModifyQp, rc_errno(rc), 0));
+        }
+        Ok(())
+    }
+
+    /// The QP's state (`ibv_query_qp`), as a raw `IBV_QPS_*` value.
+    pub fn query_state(&self) -> Result<u32, RnicError> {
+        // SAFETY: plain data; all-zero is valid.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: plain data; all-zero is valid.
+        let mut init: ffi::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask = ffi::ibv_qp_attr_mask::IBV_QP_STATE.0 as c_int;
+        // SAFETY: live QP; both structs are valid for writes for the call.
+        let rc = unsafe { ffi::ibv_query_qp(self.ptr.as_ptr(), &mut a, mask, &mut init) };
+        if rc != 0 {
+            return Err(errno_to_error(Verb::QueryQp, rc_errno(rc), 0));
+        }
+        Ok(a.qp_state)
+    }
+
+    /// Posts a chained list of send WQEs with one `ibv_post_send`. On
+    /// failure, returns the index of the first WQE not posted (`bad_wr`).
+    pub fn post_send(&self, items: &[SendItem<'_>]) -> Result<(), (usize, RnicError)> {
+        let n = items.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let nsge: usize =
+            items.iter().map(|it| if it.wr.inline_data.is_some() { 1 } else { it.wr.sg_list.len() }).sum();
+        let mut sges: Vec<ffi::ibv_sge> = Vec::with_capacity(nsge);
+        let mut wrs: Vec<ffi::ibv_send_wr> = Vec::with_capacity(n);
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(n);
+        for it in items {
+            let start = sges.len();
+            match &it.wr.inline_data {
+                // The driver copies inline bytes during ibv_post_send; the SGE
+                // points at the WQE's own buffer, alive for the call.
+                Some(b) => sges.push(ffi::ibv_sge { addr: b.as_ptr() as u64, length: b.len() as u32, lkey: 0 }),
+                None => sges.extend(it.wr.sg_list.iter().map(|s| ffi::ibv_sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                })),
+            }
+            spans.push((start, sges.len() - start));
+            // SAFETY: `ibv_send_wr` is plain data (integers, raw pointers and
+            // unions of them); all-zero is a valid value.
+            let mut w: ffi::ibv_send_wr = unsafe { std::mem::zeroed() };
+            w.wr_id = it.wr_id;
+            w.opcode = it.wr.opcode;
+            w.send_flags = it.wr.flags(it.signaled);
+            w.imm_data_invalidated_rkey_union.imm_data = it.wr.imm_data_be;
+            w.wr.rdma = ffi::rdma_t { remote_addr: it.wr.remote_addr, rkey: it.wr.rkey };
+            wrs.push(w);
+        }
+        let wr_base = wrs.as_mut_ptr();
+        let sge_base = sges.as_mut_ptr();
+        let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
+        // SAFETY: both vectors are fully built and not touched again until
+        // after the call, so the raw pointers derived from them stay valid:
+        // each `next` points at the following element of `wrs` (the last is
+        // NULL from zeroing), each `sg_list` at `count` initialised SGEs of
+        // `sges` (NULL when there are none). Every SGE names either
+        // registered memory (the NIC checks lkey and bounds) or, for inline
+        // WQEs, the WQE's own buffer, alive for the call. The QP is live.
+        let rc = unsafe {
+            for (i, &(start, count)) in spans.iter().enumerate() {
+                let w = wr_base.add(i);
+                (*w).num_sge = count as c_int;
+                (*w).sg_list = if count > 0 { sge_base.add(start) } else { ptr::null_mut() };
+                if i + 1 < n {
+                    (*w).next = wr_base.add(i + 1);
+                }
+            }
+            ffi::ibv_post_send(self.ptr.as_ptr(), wr_base, &mut bad)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        Err((bad_index(bad as usize, wr_base as usize, std::mem::size_of::<ffi::ibv_send_wr>(), n), {
+            errno_to_error(Verb::PostSend, rc_errno(rc), self.caps.max_send_wr)
+        }))
+    }
+
+    /// Posts a chained list of receive WQEs with one `ibv_post_recv`.
+    pub fn post_recv(&self, items: &[(u64, &[Sge])]) -> Result<(), (usize, RnicError)> {
+        let n = items.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let nsge: usize = items.iter().map(|(_, s)| s.len()).sum();
+        let mut sges: Vec<ffi::ibv_sge> = Vec::with_capacity(nsge);
+        let mut wrs: Vec<ffi::ibv_recv_wr> = Vec::with_capacity(n);
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(n);
+        for (wr_id, sgl) in items {
+            let start = sges.len();
+            sges.extend(sgl.iter().map(|s| ffi::ibv_sge { addr: s.addr, length: s.length, lkey: s.lkey }));
+            spans.push((start, sgl.len()));
+            wrs.push(ffi::ibv_recv_wr { wr_id: *wr_id, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 0 });
+        }
+        let wr_base = wrs.as_mut_ptr();
+        let sge_base = sges.as_mut_ptr();
+        let mut bad: *mut ffi::ibv_recv_wr = ptr::null_mut();
+        // SAFETY: as in `post_send`: fully built vectors, pointers into them
+        // only, SGEs checked by the NIC against registered memory, live QP.
+        let rc = unsafe {
+            for (i, &(start, count)) in spans.iter().enumerate() {
+                let w = wr_base.add(i);
+                (*w).num_sge = count as c_int;
+                (*w).sg_list = if count > 0 { sge_base.add(start) } else { ptr::null_mut() };
+                if i + 1 < n {
+                    (*w).next = wr_base.add(i + 1);
+                }
+            }
+            ffi::ibv_post_recv(self.ptr.as_ptr(), wr_base, &mut bad)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        Err((bad_index(bad as usize, wr_base as usize, std::mem::size_of::<ffi::ibv_recv_wr>(), n), {
+            errno_to_error(Verb::PostRecv, rc_errno(rc), self.caps.max_recv_wr)
+        }))
+    }
+}
+
+/// Index of `bad_wr` in a list starting at `base` (0 if it is not in it).
+fn bad_index(bad: usize, base: usize, size: usize, n: usize) -> usize {
+    bad.checked_sub(base).map(|d| d / size.max(1)).filter(|&i| i < n).unwrap_or(0)
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: the QP is live and destroyed once; its PD and CQs are kept
+        // alive by the Arcs this struct holds until after this call.
+        let rc = unsafe { ffi::ibv_destroy_qp(self.ptr.as_ptr()) };
+        if rc != 0 {
+            // The device still holds the QP: keep what it references.
+            std::mem::forget(self.pd.clone());
+            std::mem::forget(self.send_cq.clone());
+            std::mem::forget(self.recv_cq.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_index_stays_in_the_list() {
+        assert_eq!(bad_index(1000 + 3 * 128, 1000, 128, 5), 3);
+        assert_eq!(bad_index(0, 1000, 128, 5), 0, "NULL bad_wr");
+        assert_eq!(bad_index(1000 + 9 * 128, 1000, 128, 5), 0, "outside the list");
+    }
+
+    #[test]
+    fn page_size_is_a_power_of_two() {
+        let p = page_size();
+        assert!(p >= 4096 && p.is_power_of_two(), "{p}");
+    }
+
+    #[test]
+    fn c_strings_stop_at_nul() {
+        let raw: Vec<std::os::raw::c_char> = b"20.31.1014\0junk".iter().map(|&b| b as std::os::raw::c_char).collect();
+        assert_eq!(c_chars_to_string(&raw), "20.31.1014");
+    }
+}

@@ -1,0 +1,143 @@
+//! `perf-runner run`: one scenario on the simulated NIC through the
+//! dataplane, under a policy, in virtual time.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use perf_dataplane::engine::{Dataplane, DataplaneConfig};
+use perf_dataplane::perftest::{run_virtual, App, Side};
+use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, TcScheduler};
+use perf_dataplane::rnic::{connect, AccessFlags};
+
+use crate::report::{Report, TenantReport};
+use crate::scenario::Scenario;
+use crate::workload::{PeerApp, TenantApp};
+
+/// Flags of `run`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The scenario file (TOML; see docs/scenarios.md).
+    scenario: PathBuf,
+    /// Scheduling policy: a built-in name (`perf-runner policy list`).
+    #[arg(long, default_value = "passthrough")]
+    policy: String,
+    /// Hardware traffic-class scheduling of the simulated NIC: `rr`
+    /// (default), `sp` (strict priority), or `ets:W0,W1,...`.
+    #[arg(long, default_value = "rr")]
+    hw: String,
+    /// Bypass the dataplane: tenants' requests go to the NIC unchanged
+    /// (the "no isolation" baseline; same as `--policy passthrough`).
+    #[arg(long)]
+    direct: bool,
+    /// Also run each tenant alone (same seed) and report the ratios.
+    #[arg(long)]
+    alone: bool,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Parses `--hw`.
+pub fn parse_hw(s: &str) -> anyhow::Result<TcScheduler> {
+    Ok(match s {
+        "rr" => TcScheduler::RoundRobin,
+        "sp" => TcScheduler::StrictPriority,
+        _ => match s.strip_prefix("ets:") {
+            Some(w) => TcScheduler::Ets(
+                w.split(',')
+                    .map(|x| x.trim().parse::<u32>().with_context(|| format!("--hw {s}: weight {x:?} is not a number")))
+                    .collect::<anyhow::Result<_>>()?,
+            ),
+            None => anyhow::bail!("--hw {s:?}: expected rr, sp or ets:W0,W1,..."),
+        },
+    })
+}
+
+/// Runs one scenario under one configuration.
+pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Result<Report> {
+    let profile = RnicProfile::by_name(&sc.profile).with_context(|| {
+        format!("key `profile`: unknown RNIC profile {:?} (known: {})", sc.profile, RnicProfile::NAMES.join(", "))
+    })?;
+    let host = PolicyHost::builtin(policy)
+        .with_context(|| format!("unknown policy {policy:?} (see `perf-runner policy list`)"))?;
+    let fabric = SimFabric::new(profile.clone(), 2, sc.seed, ClockMode::Virtual);
+    fabric.set_tc_scheduler(0, hw.clone());
+    fabric.set_tc_scheduler(1, hw.clone());
+    let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::default())?;
+    let warm = (sc.warmup_ms * 1e6) as u64;
+    let end = (sc.duration_ms * 1e6) as u64;
+    let mut tenants = Vec::new();
+    let mut peers = Vec::new();
+    for spec in &sc.tenants {
+        let handle = dp.add_tenant(&spec.name, spec.weight)?;
+        let t = handle.id;
+        let buf = 2 * spec.size as usize;
+        let mr = dp.reg_mr(t, buf)?;
+        let mut side = Side::new(fabric.nic(1), spec.qps as usize, buf, spec.tc, spec.depth.clamp(16, 4096))?;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        for i in 0..spec.qps {
+            let (index, ep) = dp.create_qp(t, spec.tc)?;
+            let peer_qp = side.qps[i as usize];
+            dp.connect_qp(t, index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
+            connect::bring_up(&mut side.nic, peer_qp.handle, ep, access)?;
+        }
+        let target = side.mr.remote(spec.size as usize);
+        let remotes = vec![target; spec.qps as usize];
+        let client_recv = mr.remote(spec.size as usize);
+        peers.push(PeerApp::new(spec, side, client_recv));
+        tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), (warm, end)));
+    }
+    {
+        let mut apps: Vec<&mut dyn App> = Vec::new();
+        for t in tenants.iter_mut() {
+            apps.push(t);
+        }
+        apps.push(&mut dp);
+        for p in peers.iter_mut() {
+            apps.push(p);
+        }
+        run_virtual(&fabric, &mut apps, end + 1_000_000).context("simulation failed")?;
+    }
+    let window_ns = end - warm;
+    let nic = fabric.counters(0);
+    let reports = tenants.iter().map(|t| TenantReport::new(t.name(), t.result(), window_ns)).collect();
+    Ok(Report {
+        config: policy.to_string(),
+        scenario: String::new(),
+        policy: policy.to_string(),
+        hw: format!("{hw:?}"),
+        tenants: reports,
+        rnic: crate::report::RnicReport {
+            utilization: nic.port.busy_ps as f64 / ((end + 1_000_000) as f64 * 1000.0),
+            wire_payload_gbps: nic.port.payload_bytes as f64 * 8.0 / (end + 1_000_000) as f64,
+            sched_turns: nic.sched.turns,
+            ctrl_wqes: nic.sched.ctrl_wqes,
+        },
+        dataplane: dp.counters(),
+        policy_counters: dp.policy().counters,
+    })
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let sc = Scenario::load(&a.scenario)?;
+    let hw = parse_hw(&a.hw)?;
+    let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
+    let mut report = run_scenario(&sc, policy, &hw)?;
+    report.scenario = a.scenario.display().to_string();
+    if a.alone {
+        for i in 0..sc.tenants.len() {
+            let alone = run_scenario(&sc.alone(i), policy, &hw)?;
+            if let Some(t) = alone.tenants.into_iter().next() {
+                report.tenants[i].alone = Some(Box::new(t));
+            }
+        }
+    }
+    print!("{}", report.table());
+    if let Some(path) = a.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
