@@ -42,11 +42,15 @@
 //! RC completes a send queue in order, and the trait's users rely on it (a
 //! CQE implies that every earlier WQE of the QP is done). The gate keeps a
 //! per-QP ledger of executed WQEs and delivers a software CQE only when
-//! every earlier hardware WQE of that QP is known to be complete. When a
-//! signaled control WQE follows an unsignaled hardware WQE, the gate either
-//! sets `IBV_SEND_SIGNALED` on that WQE (if it has not been handed to the
-//! device yet) or posts a zero-length RDMA WRITE after it as a completion
-//! marker; the CQEs of both are hidden from the application.
+//! every earlier hardware WQE of that QP is known to be complete. To know
+//! that, the gate sets `IBV_SEND_SIGNALED` on the last data WQE of every
+//! doorbell of a cross-channel QP (the QPs that post WAIT and SEND_ENABLE),
+//! and on the data WQE just before any signaled control WQE posted with it.
+//! Failing both (a signaled NOP on a plain QP after unsignaled data of an
+//! earlier post, or a send queue full of unsignaled WQEs), it posts a
+//! zero-length RDMA WRITE as a completion marker, which needs the peer QP
+//! to grant remote write access. The CQEs of added signals and markers are
+//! hidden from the application.
 //!
 //! The module is backend-independent (generic over the owned work `W` the
 //! backend posts) and is unit-tested without a device.
@@ -236,6 +240,7 @@ struct GQp<W> {
     enabled_upto: u64,
     halted: bool,
     fence_wanted: bool,
+    touched_round: Option<u64>,
     waiting: Option<CqHandle>,
     dirty: bool,
     recv: VecDeque<(u64, u64)>,
@@ -256,6 +261,7 @@ impl<W> GQp<W> {
             enabled_upto: 0,
             halted: false,
             fence_wanted: false,
+            touched_round: None,
             waiting: None,
             dirty: false,
             recv: VecDeque::new(),
@@ -313,6 +319,7 @@ pub struct HostGate<W> {
     cqs: Vec<Option<GCq>>,
     dirty: VecDeque<u32>,
     actions: Vec<GateAction<W>>,
+    touched: Vec<u32>,
     round: u64,
     now: u64,
     counters: GateCounters,
@@ -332,6 +339,7 @@ impl<W> HostGate<W> {
             cqs: Vec::new(),
             dirty: VecDeque::new(),
             actions: Vec::new(),
+            touched: Vec::new(),
             round: 0,
             now: 0,
             counters: GateCounters::default(),
@@ -503,8 +511,20 @@ impl<W> HostGate<W> {
         }
     }
 
-    /// Hands the actions decided so far to the backend, in order.
+    /// Hands the actions decided so far to the backend, in order. The last
+    /// data WQE of each cross-channel QP's doorbell is signaled first.
     pub fn take_actions(&mut self) -> Vec<GateAction<W>> {
+        for qi in std::mem::take(&mut self.touched) {
+            let Some(q) = self.q(qi) else { continue };
+            if !q.cfg.cross_channel {
+                continue;
+            }
+            if let Some((round, action)) = q.tail_unsignaled() {
+                if round == self.round {
+                    self.flip(qi, action);
+                }
+            }
+        }
         self.round += 1;
         std::mem::take(&mut self.actions)
     }
@@ -526,7 +546,7 @@ impl<W> HostGate<W> {
         }
         for q in self.qps.iter().flatten() {
             let pending_sw = q.ledger.iter().any(|e| matches!(e, Entry::Sw { .. }));
-            if q.hw_outstanding > 0 && (pending_sw || !q.queue.is_empty()) {
+            if q.hw_outstanding > 0 && (q.cfg.cross_channel || pending_sw || !q.queue.is_empty()) {
                 v.push(q.cfg.send_cq);
             }
         }
@@ -642,6 +662,11 @@ impl<W> HostGate<W> {
         let Some(q) = self.qm(qi) else { return };
         let report_ok = signaled || q.cfg.sig_all;
         let seq = q.alloc_seq();
+        if q.touched_round != Some(round) {
+            q.touched_round = Some(round);
+            self.touched.push(qi);
+        }
+        let Some(q) = self.qm(qi) else { return };
         q.ledger.push_back(Entry::Hw {
             seq,
             wr_id,
@@ -689,19 +714,8 @@ impl<W> HostGate<W> {
         let Some(q) = self.q(qi) else { return };
         let Some((round, action)) = q.tail_unsignaled() else { return };
         let device_full = q.hw_outstanding >= q.cfg.hw_send_depth;
-        if round == self.round {
-            if let Some(GateAction::Post(p)) = self.actions.get_mut(action) {
-                p.signaled = true;
-                self.counters.signals_added += 1;
-                if let Some(q) = self.qm(qi) {
-                    if let Some(Entry::Hw { hw_signaled, .. }) =
-                        q.ledger.iter_mut().rev().find(|e| matches!(e, Entry::Hw { .. }))
-                    {
-                        *hw_signaled = true;
-                    }
-                }
-                return;
-            }
+        if round == self.round && self.flip(qi, action) {
+            return;
         }
         if device_full {
             if let Some(q) = self.qm(qi) {
@@ -727,6 +741,22 @@ impl<W> HostGate<W> {
         let wr_id = HwWrId { recv: false, qp: qi, seq }.encode();
         self.actions.push(GateAction::Post(HwPost { qp: QpHandle(qi), wr_id, signaled: true, work: HwWork::Marker }));
         self.counters.markers += 1;
+    }
+
+    /// Sets `IBV_SEND_SIGNALED` on this round's action `action`, the last
+    /// hardware entry of the QP's ledger; `false` if it is not there.
+    fn flip(&mut self, qi: u32, action: usize) -> bool {
+        let Some(GateAction::Post(p)) = self.actions.get_mut(action) else { return false };
+        p.signaled = true;
+        self.counters.signals_added += 1;
+        if let Some(q) = self.qm(qi) {
+            if let Some(Entry::Hw { hw_signaled, .. }) =
+                q.ledger.iter_mut().rev().find(|e| matches!(e, Entry::Hw { .. }))
+            {
+                *hw_signaled = true;
+            }
+        }
+        true
     }
 
     /// Delivers the software entries at the front of the ledger.
@@ -1007,12 +1037,17 @@ mod tests {
             send_cq: cq,
             recv_cq: cq,
             managed: false,
-            cross_channel: true,
+            cross_channel: false,
             sig_all: false,
             max_send_wr: 16,
             max_recv_wr: 16,
             hw_send_depth: 32,
         }
+    }
+
+    /// A cross-channel QP (may post WAIT and SEND_ENABLE).
+    fn xcfg(qp_num: u32, cq: CqHandle) -> GateQpConfig {
+        GateQpConfig { cross_channel: true, ..cfg(qp_num, cq) }
     }
 
     fn gate_with(qps: &[GateQpConfig]) -> Gate {
@@ -1110,7 +1145,7 @@ mod tests {
     fn managed_qp_runs_only_enabled_wqes() {
         let mut managed = cfg(2, SCQ);
         managed.managed = true;
-        let mut g = gate_with(&[cfg(1, SCQ), managed]);
+        let mut g = gate_with(&[xcfg(1, SCQ), managed]);
         let (a, m) = (QpHandle(0), QpHandle(1));
         for (i, t) in ["m0", "m1", "m2"].into_iter().enumerate() {
             g.submit(m, data(i as u64, t, false)).expect("post to managed");
@@ -1122,7 +1157,8 @@ mod tests {
         g.submit(a, ctrl(11, GateOp::SendEnable { qp: m, count: 2 }, false)).expect("enable");
         g.run(1);
         let p = posts(&g.take_actions());
-        assert_eq!(p, vec![(0, "a0", false, 0), (1, "m0", false, 0), (1, "m1", false, 1)]);
+        // a0 is the last data WQE of a cross-channel QP's doorbell: signaled.
+        assert_eq!(p, vec![(0, "a0", true, 0), (1, "m0", false, 0), (1, "m1", false, 1)]);
         assert_eq!(g.held(m), Some(1), "exactly `count` WQEs are released");
         // Credit may arrive before the WQE it releases.
         g.submit(a, ctrl(12, GateOp::SendEnable { qp: m, count: 2 }, false)).expect("enable");
@@ -1137,7 +1173,7 @@ mod tests {
     #[test]
     fn wait_holds_the_rest_of_the_queue_until_the_absolute_count() {
         let watched = CqHandle(5);
-        let mut g = gate_with(&[cfg(1, SCQ), cfg(2, watched)]);
+        let mut g = gate_with(&[xcfg(1, SCQ), cfg(2, watched)]);
         let (a, b) = (QpHandle(0), QpHandle(1));
         g.submit(a, ctrl(1, GateOp::Wait { cq: watched, count: 2 }, false)).expect("wait");
         g.submit(a, data(2, "after-wait", true)).expect("data");
@@ -1159,7 +1195,7 @@ mod tests {
         g.submit(a, ctrl(4, GateOp::Wait { cq: watched, count: 0 }, false)).expect("wait");
         g.submit(a, data(5, "x", false)).expect("data");
         g.run(4);
-        assert_eq!(posts(&g.take_actions()), vec![(0, "x", false, 1)]);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "x", true, 1)]);
         assert!(g.counters().wait_blocks >= 1);
     }
 
@@ -1183,21 +1219,44 @@ mod tests {
     }
 
     #[test]
-    fn signaled_control_in_a_later_list_posts_a_marker() {
+    fn signaled_nop_in_a_later_list_on_a_plain_qp_posts_a_marker() {
         let mut g = gate_with(&[cfg(1, SCQ)]);
         let qp = QpHandle(0);
         g.submit(qp, data(1, "d", false)).expect("d");
         g.run(0);
         assert_eq!(posts(&g.take_actions()), vec![(0, "d", false, 0)]);
-        g.submit(qp, ctrl(2, GateOp::Wait { cq: SCQ, count: 0 }, true)).expect("wait");
+        g.submit(qp, ctrl(2, GateOp::Nop, true)).expect("nop");
         g.run(1);
         assert_eq!(posts(&g.take_actions()), vec![(0, "marker", true, 1)]);
         assert_eq!(g.outstanding(qp), Some(2), "markers do not take the application's slots");
         g.on_send_completion(qp, 1, WcStatus::Success, 2);
         let wcs = poll_all(&mut g, SCQ);
-        assert_eq!(wcs.iter().map(|w| (w.wr_id, w.opcode)).collect::<Vec<_>>(), vec![(2, WcOpcode::Wait)]);
+        assert_eq!(wcs.iter().map(|w| (w.wr_id, w.opcode)).collect::<Vec<_>>(), vec![(2, WcOpcode::Nop)]);
         assert_eq!(g.outstanding(qp), Some(0));
         assert_eq!(g.counters().markers, 1);
+    }
+
+    #[test]
+    fn cross_channel_qps_signal_each_doorbell_so_later_control_needs_no_marker() {
+        let mut g = gate_with(&[xcfg(1, SCQ)]);
+        let qp = QpHandle(0);
+        g.submit(qp, data(1, "d1", false)).expect("d1");
+        g.submit(qp, data(2, "d2", false)).expect("d2");
+        g.run(0);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "d1", false, 0), (0, "d2", true, 1)]);
+        g.submit(qp, ctrl(3, GateOp::Wait { cq: SCQ, count: 0 }, true)).expect("wait");
+        g.run(1);
+        assert!(posts(&g.take_actions()).is_empty(), "no marker: d2's completion will come");
+        assert!(g.cqs_to_watch().contains(&SCQ));
+        g.on_send_completion(qp, 1, WcStatus::Success, 2);
+        let wcs = poll_all(&mut g, SCQ);
+        assert_eq!(
+            wcs.iter().map(|w| (w.wr_id, w.opcode)).collect::<Vec<_>>(),
+            vec![(3, WcOpcode::Wait)],
+            "d2's CQE is hidden"
+        );
+        let c = g.counters();
+        assert_eq!((c.markers, c.signals_added, c.hidden_cqes), (0, 1, 1));
     }
 
     #[test]
@@ -1222,9 +1281,9 @@ mod tests {
         // signaled NOP completes and bumps the PCQ's CQ, which satisfies
         // B's WAIT at the head of its queue.
         let pcq_cq = CqHandle(9);
-        let mut pcq = cfg(3, pcq_cq);
+        let mut pcq = xcfg(3, pcq_cq);
         pcq.managed = true;
-        let mut g = gate_with(&[cfg(1, SCQ), cfg(2, SCQ), pcq]);
+        let mut g = gate_with(&[xcfg(1, SCQ), xcfg(2, SCQ), pcq]);
         let (a, b, p) = (QpHandle(0), QpHandle(1), QpHandle(2));
         g.submit(p, ctrl(0, GateOp::Nop, true)).expect("plan hand-off");
         g.submit(b, ctrl(100, GateOp::Wait { cq: pcq_cq, count: 1 }, false)).expect("b waits");
@@ -1234,7 +1293,7 @@ mod tests {
         g.submit(a, data(200, "a-data", false)).expect("a data");
         g.submit(a, ctrl(201, GateOp::SendEnable { qp: p, count: 1 }, false)).expect("release");
         g.run(1);
-        assert_eq!(posts(&g.take_actions()), vec![(0, "a-data", false, 0), (1, "b-data", false, 0)]);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "a-data", true, 0), (1, "b-data", true, 0)]);
         assert_eq!(g.produced(pcq_cq), Some(1));
         let wcs = poll_all(&mut g, pcq_cq);
         assert_eq!((wcs.len(), wcs[0].opcode, wcs[0].qp_num), (1, WcOpcode::Nop, 3));
@@ -1243,7 +1302,7 @@ mod tests {
     #[test]
     fn device_error_flushes_held_and_software_entries_in_order() {
         let watched = CqHandle(4);
-        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let mut g = gate_with(&[xcfg(1, SCQ)]);
         g.add_cq(watched, 8, false);
         let qp = QpHandle(0);
         g.submit(qp, data(1, "d1", false)).expect("d1");
@@ -1304,7 +1363,7 @@ mod tests {
     fn send_enable_validation_and_wait_needs_cross_channel() {
         let mut plain = cfg(1, SCQ);
         plain.cross_channel = false;
-        let mut g = gate_with(&[plain, cfg(2, SCQ)]);
+        let mut g = gate_with(&[plain, xcfg(2, SCQ)]);
         let w = g.submit(QpHandle(0), ctrl(1, GateOp::Wait { cq: SCQ, count: 0 }, false));
         assert!(matches!(w, Err(RnicError::InvalidArgument(ref m)) if m.contains("cross_channel")), "{w:?}");
         let e = g.submit(QpHandle(1), ctrl(1, GateOp::SendEnable { qp: QpHandle(0), count: 1 }, false));
@@ -1425,7 +1484,7 @@ mod tests {
     #[test]
     fn destroyed_watched_cq_releases_the_wait() {
         let watched = CqHandle(3);
-        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let mut g = gate_with(&[xcfg(1, SCQ)]);
         g.add_cq(watched, 4, false);
         g.submit(QpHandle(0), ctrl(1, GateOp::Wait { cq: watched, count: 10 }, false)).expect("wait");
         g.submit(QpHandle(0), data(2, "d", false)).expect("d");
@@ -1433,7 +1492,7 @@ mod tests {
         assert!(posts(&g.take_actions()).is_empty());
         g.remove_cq(watched);
         g.run(1);
-        assert_eq!(posts(&g.take_actions()), vec![(0, "d", false, 0)]);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "d", true, 0)]);
     }
 
     #[test]

@@ -217,7 +217,7 @@ pub struct IbvSendWr {
     /// `sg_list` / `num_sge` for gathered payloads (empty when inline).
     pub sg_list: SmallVec<[Sge; 4]>,
     /// The bytes of an inline payload; at post time one SGE points at them.
-    pub inline_data: Option<Box<[u8]>>,
+    pub inline_data: Option<SmallVec<[u8; 64]>>,
     /// `wr.rdma.remote_addr` (WRITE, WRITE_WITH_IMM, READ).
     pub remote_addr: u64,
     /// `wr.rdma.rkey`.
@@ -325,7 +325,7 @@ pub fn translate_send(wr: &SendWr<'_>) -> Result<Translated, RnicError> {
         Payload::Inline(_) if opcode == wr_opcode::RDMA_READ => {
             return Err(RnicError::InvalidArgument("RDMA READ cannot be inline".into()))
         }
-        Payload::Inline(b) => (SmallVec::new(), Some(Box::from(b)), send_flags::INLINE),
+        Payload::Inline(b) => (SmallVec::new(), Some(SmallVec::from_slice(b)), send_flags::INLINE),
     };
     Ok(Translated::Hw(IbvSendWr {
         opcode,
