@@ -16,6 +16,7 @@
 //! a core in real time.
 
 pub mod control_qp;
+mod pinned;
 mod qp;
 mod split;
 pub mod tenant;
@@ -30,6 +31,7 @@ use crate::rnic::*;
 use control_qp::ControlQp;
 use qp::{Cursor, DpQp, Held, Meta};
 use split::{emit_chunk, WqeSpec};
+pub use pinned::PinReport;
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
 /// Settings of the loop.
