@@ -47,6 +47,7 @@ fn open_device(test: &str) -> Option<VerbsRnic> {
     };
     let devs = match list_devices() {
         Ok(d) => d,
+        Err(RnicError::Device(m)) => return skip(format!("{m}; {}", sysfs_line())),
         Err(e) => return skip(format!("{e}; {}", sysfs_line())),
     };
     let pick = match &wanted {

@@ -29,9 +29,9 @@ use perf_policy_sdk::{RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInf
 use crate::policy::PolicyHost;
 use crate::rnic::*;
 use control_qp::ControlQp;
+pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Held, Meta};
 use split::{emit_chunk, WqeSpec};
-pub use pinned::PinReport;
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
 /// Settings of the loop.
