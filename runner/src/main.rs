@@ -29,13 +29,41 @@ enum Command {
     /// Runs a scenario on the simulated NIC through the dataplane under a
     /// policy and prints per-tenant results.
     Run(run_cmd::Args),
+    /// Policies: `policy list` prints the built-in ones.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Lists the built-in policies with a one-line description each.
+    List,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One clear line first, then the chain of causes.
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
+        Command::Policy(PolicyCommand::List) => {
+            for (name, what) in perf_dataplane::policy::PolicyHost::BUILTINS {
+                println!("{name:<12} {what}");
+            }
+            Ok(())
+        }
     }
 }
