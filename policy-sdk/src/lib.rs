@@ -15,10 +15,39 @@
 //! The host validates every answer (see [`SplitPlan::validate`],
 //! [`TenantPlan::validate`]) and falls back to a safe default, counting
 //! what it rejected.
+//!
+//! ## WebAssembly policies
+//!
+//! A policy crate compiled for `wasm32-unknown-unknown` exposes its
+//! [`Policy`] with one line, [`export_policy!`], which generates every
+//! export of the wasm ABI (see [`abi`] and `docs/policy-abi.md`) around a
+//! static instance. The host imports a policy may call have safe wrappers
+//! in [`host`] (`now_ns`, `log`; wasm32 only). A minimal policy:
+//!
+//! ```ignore
+//! #![no_std]
+//! use perf_policy_sdk::{export_policy, Policy};
+//!
+//! #[derive(Default)]
+//! pub struct Mine;
+//! impl Policy for Mine {
+//!     fn name(&self) -> &str { "mine" }
+//! }
+//! export_policy!(Mine);
+//! ```
 #![no_std]
 
-/// Version of this interface: major bumps break compatibility.
-pub const ABI_VERSION: (u16, u16) = (0, 1);
+pub mod abi;
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod guest;
+#[cfg(target_arch = "wasm32")]
+pub mod host;
+
+/// Version of this interface, `(major, minor)`: a major bump breaks
+/// compatibility (layout, signature or meaning changes), a minor bump only
+/// adds (new optional exports or imports). See `docs/policy-abi.md`.
+pub const ABI_VERSION: (u16, u16) = (1, 0);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -176,6 +205,47 @@ pub struct TenantPlan {
     pub class: TenantClass,
 }
 
+impl TenantStats {
+    /// All zero (a `const` [`Default`]).
+    pub const ZERO: TenantStats = TenantStats {
+        tenant: 0,
+        qps: 0,
+        backlogged_qps: 0,
+        max_depth: 0,
+        ewma_msg_bytes: 0.0,
+        max_msg_bytes: 0,
+        completed: 0,
+        bytes: 0,
+        mean_latency_ns: 0,
+        weight: 0,
+    };
+}
+
+impl TenantClass {
+    /// The class with wire value `v`, if there is one.
+    pub const fn from_u32(v: u32) -> Option<TenantClass> {
+        Some(match v {
+            0 => TenantClass::Unknown,
+            1 => TenantClass::Bandwidth,
+            2 => TenantClass::MessageSensitive,
+            3 => TenantClass::DelaySensitive,
+            _ => return None,
+        })
+    }
+}
+
+impl RequestOp {
+    /// The operation with wire value `v`, if there is one.
+    pub const fn from_u32(v: u32) -> Option<RequestOp> {
+        Some(match v {
+            0 => RequestOp::Write,
+            1 => RequestOp::Send,
+            2 => RequestOp::Read,
+            _ => return None,
+        })
+    }
+}
+
 impl TenantPlan {
     /// No isolation: no cap, no split.
     pub const PASSTHROUGH: TenantPlan = TenantPlan {
@@ -231,4 +301,83 @@ pub trait Policy {
     fn tick_interval_ns(&self) -> u64 {
         1_000_000
     }
+}
+
+/// Exports a [`Policy`] type as a wasm policy module: generates, for
+/// `wasm32` builds only, every export of the ABI (`perf_abi_version`,
+/// `perf_init`, `perf_on_tenant`, `perf_on_request`, `perf_on_tick`,
+/// `perf_tick_interval_ns`, the buffer and name getters; see [`abi`])
+/// around one static instance, and a panic handler that traps (so the
+/// policy crate must be `#![no_std]`). On other targets it expands to
+/// nothing, so the same crate also builds as a native library.
+///
+/// `export_policy!(Type)` creates the instance with `Type::default()`;
+/// `export_policy!(Type, path::to::constructor)` with a `fn() -> Type`.
+#[macro_export]
+macro_rules! export_policy {
+    ($ty:ty) => {
+        $crate::export_policy!($ty, <$ty as ::core::default::Default>::default);
+    };
+    ($ty:ty, $init:expr) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            use $crate::guest as g;
+            static POLICY: g::PolicyCell<$ty> = g::PolicyCell::new();
+            const INIT: fn() -> $ty = $init;
+
+            #[no_mangle]
+            extern "C" fn perf_abi_version() -> i32 {
+                g::abi_version()
+            }
+            #[no_mangle]
+            extern "C" fn perf_init() -> i32 {
+                POLICY.init(INIT);
+                0
+            }
+            #[no_mangle]
+            extern "C" fn perf_on_tenant(tenant: i32, qps: i32, weight: i32) {
+                g::on_tenant(&POLICY, INIT, tenant, qps, weight)
+            }
+            #[no_mangle]
+            extern "C" fn perf_on_request() -> i64 {
+                g::on_request(&POLICY, INIT)
+            }
+            #[no_mangle]
+            extern "C" fn perf_on_tick(now_ns: i64, n: i32) -> i32 {
+                g::on_tick(&POLICY, INIT, now_ns, n)
+            }
+            #[no_mangle]
+            extern "C" fn perf_tick_interval_ns() -> i64 {
+                g::tick_interval_ns(&POLICY, INIT)
+            }
+            #[no_mangle]
+            extern "C" fn perf_stats_ptr() -> i32 {
+                g::stats_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_plans_ptr() -> i32 {
+                g::plans_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_request_ptr() -> i32 {
+                g::request_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_max_tenants() -> i32 {
+                g::max_tenants()
+            }
+            #[no_mangle]
+            extern "C" fn perf_name_ptr() -> i32 {
+                g::name_ptr(&POLICY, INIT)
+            }
+            #[no_mangle]
+            extern "C" fn perf_name_len() -> i32 {
+                g::name_len(&POLICY, INIT)
+            }
+            #[panic_handler]
+            fn panic(_: &::core::panic::PanicInfo) -> ! {
+                ::core::arch::wasm32::unreachable()
+            }
+        };
+    };
 }

@@ -36,8 +36,16 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PolicyCommand {
-    /// Lists the built-in policies with a one-line description each.
+    /// Lists the built-in policies with a one-line description each, and
+    /// the embedded wasm modules (`--policy` also takes a .wasm file).
     List,
+    /// Loads and validates a policy (`.wasm` file, `wasm:NAME` or a
+    /// built-in name), prints its ABI version and name, and dry-runs it on
+    /// a synthetic tenant set: what it would decide.
+    Check {
+        /// The policy.
+        policy: String,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,9 +69,67 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(a) => run_cmd::run(a),
         Command::Policy(PolicyCommand::List) => {
             for (name, what) in perf_dataplane::policy::PolicyHost::BUILTINS {
-                println!("{name:<12} {what}");
+                println!("{name:<17} {what}");
+            }
+            for name in perf_dataplane::policy::wasm::embedded::NAMES {
+                let what = "the same policy compiled to wasm (policies/), run in the sandbox";
+                println!("{:<17} {what}", format!("wasm:{name}"));
             }
             Ok(())
         }
+        Command::Policy(PolicyCommand::Check { policy }) => policy_check(&policy),
     }
+}
+
+/// `perf-runner policy check`.
+fn policy_check(policy: &str) -> anyhow::Result<()> {
+    use perf_dataplane::policy::PolicyHost;
+    use perf_policy_sdk::{RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
+
+    let mut host = PolicyHost::load(policy).map_err(|e| anyhow::anyhow!("policy {policy:?}: {e}"))?;
+    match host.wasm_abi_version() {
+        Some((major, minor)) => println!("wasm module, ABI {major}.{minor}: valid (all hooks present)"),
+        None => println!("built-in native policy"),
+    }
+    println!("name: {}   tick interval: {} ns", host.name(), host.tick_interval_ns());
+    // A bandwidth tenant (1 MB messages, 5 QPs), a delay-sensitive one
+    // (16 B, depth 1) and a message-sensitive one (16 B, depth 128).
+    let tenants = [("bandwidth", 1u64 << 20, 128u32, 5u32), ("delay", 16, 1, 1), ("message", 16, 128, 1)];
+    let stats: Vec<TenantStats> = tenants
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, size, depth, qps))| TenantStats {
+            tenant: i as u32,
+            qps,
+            backlogged_qps: qps,
+            max_depth: depth,
+            ewma_msg_bytes: size as f64,
+            max_msg_bytes: size,
+            completed: 100,
+            bytes: 100 * size,
+            mean_latency_ns: 10_000,
+            weight: 1,
+        })
+        .collect();
+    for (i, &(_, _, _, qps)) in tenants.iter().enumerate() {
+        host.on_tenant(&TenantInfo { tenant: i as u32, qps, weight: 1 });
+    }
+    let mut plans = vec![TenantPlan::PASSTHROUGH; tenants.len()];
+    host.on_tick(1_000_000, &stats, &mut plans);
+    println!("dry run, one tick:");
+    for (i, ((label, size, _, _), p)) in tenants.iter().zip(&plans).enumerate() {
+        let req = RequestInfo { tenant: i as u32, qp: 0, len: *size, op: RequestOp::Write, depth: 1 };
+        let split = host.on_request(&req, p);
+        println!(
+            "  {label:<10} class {:?}, active QPs {}, quantum {} req / {} B / {} ns, split >= {} B into {} B + {} zero-weight WRs; a {size} B request -> {split:?}",
+            p.class, p.max_active_qps, p.quantum_requests, p.quantum_bytes, p.quantum_ns, p.split_threshold,
+            p.split.chunk_bytes, p.split.zero_weight_per_chunk
+        );
+    }
+    let c = host.counters;
+    println!("counters: {} calls, {} rejections, {} traps, {} fallbacks", c.calls, c.rejections, c.traps, c.fallbacks);
+    if let Some(exit) = host.exit_info() {
+        anyhow::bail!("the policy was dropped in {}: {:?}: {}", exit.hook, exit.kind, exit.message);
+    }
+    Ok(())
 }

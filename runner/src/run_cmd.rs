@@ -19,7 +19,8 @@ use crate::workload::{PeerApp, TenantApp};
 pub struct Args {
     /// The scenario file (TOML; see docs/scenarios.md).
     scenario: PathBuf,
-    /// Scheduling policy: a built-in name (`perf-runner policy list`).
+    /// Scheduling policy: a built-in name, `wasm:NAME` for an embedded wasm
+    /// module, or the path of a policy `.wasm` file (`perf-runner policy list`).
     #[arg(long, default_value = "passthrough")]
     policy: String,
     /// Hardware traffic-class scheduling of the simulated NIC: `rr`
@@ -59,8 +60,10 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
     let profile = RnicProfile::by_name(&sc.profile).with_context(|| {
         format!("key `profile`: unknown RNIC profile {:?} (known: {})", sc.profile, RnicProfile::NAMES.join(", "))
     })?;
-    let host = PolicyHost::builtin(policy)
-        .with_context(|| format!("unknown policy {policy:?} (see `perf-runner policy list`)"))?;
+    // A built-in name, `wasm:NAME` (an embedded module), or a .wasm file.
+    let host = PolicyHost::load(policy).with_context(|| {
+        format!("policy {policy:?}: not loadable (a built-in name, wasm:NAME or a .wasm file; see `perf-runner policy list`)")
+    })?;
     let fabric = SimFabric::new(profile.clone(), 2, sc.seed, ClockMode::Virtual);
     fabric.set_tc_scheduler(0, hw.clone());
     fabric.set_tc_scheduler(1, hw.clone());
@@ -140,4 +143,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wasm `perf` module (the embedded build of `policies/perf`) gives
+    /// the same run as the native `perf`, figure for figure, in virtual time.
+    #[test]
+    fn wasm_perf_runs_a_scenario_identically_to_native_perf() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
+        let sc = Scenario::load(&path).expect("scenario loads");
+        let hw = parse_hw("rr").expect("rr");
+        let native = run_scenario(&sc, "perf", &hw).expect("native run");
+        let wasm = run_scenario(&sc, "wasm:perf", &hw).expect("wasm run");
+        let json = |r: &Report| {
+            serde_json::to_value((&r.tenants, &r.rnic, &r.dataplane, &r.policy_counters)).expect("serialises")
+        };
+        assert_eq!(json(&native), json(&wasm));
+        assert!(native.tenants.iter().all(|t| t.completed > 0));
+        assert_eq!(wasm.policy_counters.fallbacks, 0);
+        assert_eq!(wasm.policy_counters.traps, 0);
+    }
 }

@@ -10,9 +10,17 @@
 //! Per tenant rather than per NIC: a tenant's hand-offs are ordered among
 //! its own QPs only, so one tenant's rotation never waits on another's
 //! count, and a tenant in error cannot stall the others.
+//!
+//! A data QP that fails before its release runs takes the release with it
+//! (the NIC flushes it), which would leave the QP taking over waiting
+//! forever. For that case only, the PCQ can issue a release itself
+//! ([`ControlQp::rescue`]) through a small unmanaged cross-channel QP,
+//! created on first use, and report how many hand-offs have completed
+//! ([`ControlQp::completed`]) so the loop can tell a stall from a slow
+//! stream.
 
 use crate::rnic::{
-    AccessFlags, CqAttr, CqHandle, PdHandle, QpCaps, QpHandle, QpInitAttr, Rnic, RnicError, SendWr, WrOpcode,
+    AccessFlags, CqAttr, CqHandle, PdHandle, QpCaps, QpHandle, QpInitAttr, Rnic, RnicError, SendWr, Wc, WrOpcode,
 };
 
 /// One tenant's preemption control QP.
@@ -24,6 +32,14 @@ pub struct ControlQp {
     /// Hand-offs planned so far (NOPs posted); the next hand-off makes the
     /// count `planned + 1`.
     pub planned: u64,
+    /// Hand-offs seen completed (NOP completions polled), see
+    /// [`ControlQp::completed`].
+    pub done: u64,
+    /// The QP that issues rescue releases, once one was needed.
+    rescuer: Option<QpHandle>,
+    /// The CQ the rescuer uses (an always-satisfied one; its count matters
+    /// to nobody).
+    rescue_cq: Option<CqHandle>,
 }
 
 impl ControlQp {
@@ -37,7 +53,7 @@ impl ControlQp {
         let qp = nic.create_qp(pd, attr)?;
         let me = crate::rnic::connect::endpoint(nic, qp.qp_num);
         crate::rnic::connect::bring_up(nic, qp.handle, me, AccessFlags::empty())?;
-        Ok(ControlQp { qp: qp.handle, cq, planned: 0 })
+        Ok(ControlQp { qp: qp.handle, cq, planned: 0, done: 0, rescuer: None, rescue_cq: None })
     }
 
     /// Plans one hand-off: posts its NOP and returns the count that the
@@ -60,6 +76,46 @@ impl ControlQp {
     /// The WQE a giving-up QP posts to release the next hand-off.
     pub fn release(&self) -> WrOpcode {
         WrOpcode::SendEnable { qp: self.qp, count: 1 }
+    }
+
+    /// Polls the PCQ's CQ and returns how many hand-offs have completed
+    /// (NOPs complete in order; the CQ may have overrun, so the count comes
+    /// from the newest NOP's id).
+    pub fn completed(&mut self, nic: &mut dyn Rnic) -> Result<u64, RnicError> {
+        let mut wcs = [Wc::EMPTY; 16];
+        loop {
+            let n = nic.poll_cq(self.cq, &mut wcs)?;
+            for wc in &wcs[..n] {
+                self.done = self.done.max(wc.wr_id + 1);
+            }
+            if n < wcs.len() {
+                return Ok(self.done);
+            }
+        }
+    }
+
+    /// Releases one hand-off from outside the data QPs (a failed QP's
+    /// release was flushed). `cq` is an always-satisfied CQ for the rescuer.
+    pub fn rescue(&mut self, nic: &mut dyn Rnic, pd: PdHandle, cq: CqHandle) -> Result<(), RnicError> {
+        let qp = match self.rescuer {
+            Some(qp) => qp,
+            None => {
+                let mut attr = QpInitAttr::new(cq, cq);
+                attr.caps = QpCaps { max_send_wr: 64, max_recv_wr: 1, ..QpCaps::default() };
+                attr.cross_channel = true;
+                let qp = nic.create_qp(pd, attr)?;
+                let me = crate::rnic::connect::endpoint(nic, qp.qp_num);
+                crate::rnic::connect::bring_up(nic, qp.handle, me, AccessFlags::empty())?;
+                self.rescuer = Some(qp.handle);
+                self.rescue_cq = Some(cq);
+                qp.handle
+            }
+        };
+        nic.post_send(
+            qp,
+            &[SendWr { wr_id: 0, opcode: self.release(), payload: crate::rnic::Payload::None, signaled: false }],
+        )
+        .map_err(|e| e.error)
     }
 
     /// The WQE a taking-over QP posts first: wait for hand-off `count`.

@@ -78,6 +78,9 @@ pub struct DataplaneCounters {
     pub completions: u64,
     /// In-NIC hand-offs planned through control QPs.
     pub handoffs: u64,
+    /// Hand-offs released by the loop because the QP that was to release
+    /// them failed first.
+    pub rescued_handoffs: u64,
     /// Policy ticks.
     pub ticks: u64,
 }
@@ -94,6 +97,11 @@ struct TenantState {
     weight: u32,
     rr: usize,
     tick: TickAccum,
+    /// Releases that failed QPs may have taken with them (see
+    /// [`Dataplane::rescue_stalls`]).
+    lost_releases: u32,
+    /// The PCQ's completed count when a stall was first seen.
+    stalled_at: Option<u64>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -125,7 +133,32 @@ pub struct Dataplane<R: Rnic> {
     next_tick_ns: u64,
     wcs: Vec<Wc>,
     specs: Vec<WqeSpec>,
+    /// Scratch buffers reused every round (no per-round allocation).
+    scratch: Scratch,
     counters: DataplaneCounters,
+}
+
+/// Buffers the loop reuses instead of allocating per round.
+#[derive(Default)]
+struct Scratch {
+    /// A tenant's QPs, in rotation order.
+    qps: Vec<usize>,
+    /// QPs waiting for a slot in their tenant's active set.
+    waiting: Vec<usize>,
+    /// One SGE per WQE of a post list.
+    sges: Vec<[Sge; 1]>,
+    /// The post list itself, kept empty between calls (its lifetime is
+    /// re-bound on each use, see [`recycle`]).
+    wrs: Vec<SendWr<'static>>,
+    /// Application completions found while retiring WQEs.
+    out: Vec<Completion>,
+}
+
+/// Reuses an empty vector's allocation for elements of another lifetime
+/// (an in-place `collect`, which keeps the buffer since the layouts match).
+fn recycle<'a>(v: Vec<SendWr<'_>>) -> Vec<SendWr<'a>> {
+    debug_assert!(v.is_empty());
+    v.into_iter().map(|_| unreachable!("recycled vectors are empty")).collect()
 }
 
 impl<R: Rnic> Dataplane<R> {
@@ -147,6 +180,7 @@ impl<R: Rnic> Dataplane<R> {
             next_tick_ns: 0,
             wcs: vec![Wc::EMPTY; 256],
             specs: Vec::with_capacity(1024),
+            scratch: Scratch::default(),
             counters: DataplaneCounters::default(),
         })
     }
@@ -159,6 +193,14 @@ impl<R: Rnic> Dataplane<R> {
     /// Counters so far.
     pub fn counters(&self) -> DataplaneCounters {
         self.counters
+    }
+
+    /// When the loop next has timed work to do (the policy tick, which
+    /// also rescues stalled hand-offs), in ns of the NIC's clock. A
+    /// virtual-time driver with no NIC event before then should still run
+    /// a round at that time.
+    pub fn next_timer_ns(&self) -> u64 {
+        self.next_tick_ns
     }
 
     /// The policy host (its name and counters).
@@ -202,6 +244,8 @@ impl<R: Rnic> Dataplane<R> {
             weight: weight.max(1),
             rr: 0,
             tick: TickAccum::default(),
+            lost_releases: 0,
+            stalled_at: None,
         });
         self.plans.push(TenantPlan::PASSTHROUGH);
         self.policy.on_tenant(&TenantInfo { tenant: id, qps: 0, weight: weight.max(1) });
@@ -337,7 +381,13 @@ impl<R: Rnic> Dataplane<R> {
                     continue;
                 }
                 if self.qps[qi].failed {
-                    self.refuse(t, &wr, WcStatus::WrFlushErr, now);
+                    if wr.op == RequestOp::Recv {
+                        self.refuse(t, &wr, WcStatus::WrFlushErr, now);
+                    } else {
+                        // Behind whatever the QP still has in flight.
+                        self.qps[qi].dead.push_back(failed_completion(&wr, WcStatus::WrFlushErr, now));
+                        self.flush_dead(qi);
+                    }
                     continue;
                 }
                 if wr.op == RequestOp::Recv {
@@ -381,76 +431,108 @@ impl<R: Rnic> Dataplane<R> {
     /// Keeps each capped tenant's active QPs within its plan, rotating
     /// after the quantum with an in-NIC hand-off.
     fn manage_active_sets(&mut self, now: u64) -> Result<(), RnicError> {
-        for t in 0..self.tenants.len() {
-            let plan = self.plans[t];
-            let cap = if plan.max_active_qps == 0 { usize::MAX } else { plan.max_active_qps as usize };
-            let qps = self.tenants[t].qps.clone();
-            // A QP holds its slot while it has work in software or in the NIC.
-            for &qi in &qps {
-                let q = &mut self.qps[qi];
-                if q.active && !q.has_work() && q.outstanding == 0 {
-                    q.active = false;
-                }
+        let mut qps = std::mem::take(&mut self.scratch.qps);
+        let mut waiting = std::mem::take(&mut self.scratch.waiting);
+        let r = (0..self.tenants.len()).try_for_each(|t| self.manage_tenant(t, now, &mut qps, &mut waiting));
+        self.scratch.qps = qps;
+        self.scratch.waiting = waiting;
+        r
+    }
+
+    /// [`Dataplane::manage_active_sets`] for tenant `t`, with scratch
+    /// buffers for its QPs and the waiting ones.
+    fn manage_tenant(
+        &mut self,
+        t: usize,
+        now: u64,
+        qps: &mut Vec<usize>,
+        waiting: &mut Vec<usize>,
+    ) -> Result<(), RnicError> {
+        let plan = self.plans[t];
+        let cap = if plan.max_active_qps == 0 { usize::MAX } else { plan.max_active_qps as usize };
+        qps.clear();
+        qps.extend_from_slice(&self.tenants[t].qps);
+        // A QP holds its slot while it has work in software or in the NIC.
+        for &qi in qps.iter() {
+            let q = &mut self.qps[qi];
+            if q.active && !q.has_work() && q.outstanding == 0 {
+                q.active = false;
             }
-            let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
-            // Over the cap (the plan shrank): stop feeding the extras; what
-            // they already posted drains.
-            for &qi in qps.iter().rev() {
-                if active <= cap {
-                    break;
-                }
-                if self.qps[qi].active {
-                    self.qps[qi].active = false;
-                    active -= 1;
-                }
+        }
+        let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
+        // Over the cap (the plan shrank): stop feeding the extras; what
+        // they already posted drains.
+        for &qi in qps.iter().rev() {
+            if active <= cap {
+                break;
             }
-            let n = qps.len();
-            let start = self.tenants[t].rr;
-            let waiting: Vec<usize> = (0..n)
+            if self.qps[qi].active {
+                self.qps[qi].active = false;
+                active -= 1;
+            }
+        }
+        let n = qps.len();
+        let start = self.tenants[t].rr;
+        waiting.clear();
+        waiting.extend(
+            (0..n)
                 .map(|k| qps[(start + k) % n])
                 // Only a drained QP can take a slot: a stream still in the NIC
                 // would run beside the slot's owner.
-                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work() && self.qps[qi].outstanding == 0)
-                .collect();
-            let mut waiting = waiting.into_iter();
-            while active < cap {
-                let Some(qi) = waiting.next() else { break };
-                self.activate(qi, now, None);
-                active += 1;
-            }
-            if cap == usize::MAX {
+                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work() && self.qps[qi].outstanding == 0),
+        );
+        let mut waiting = waiting.iter().copied();
+        while active < cap {
+            let Some(qi) = waiting.next() else { break };
+            self.activate(qi, now, None);
+            active += 1;
+        }
+        if cap == usize::MAX {
+            return Ok(());
+        }
+        for &qi in qps.iter() {
+            let q = &self.qps[qi];
+            if !q.active || !self.quantum_spent(q, &plan, now) {
                 continue;
             }
-            for &qi in &qps {
-                let q = &self.qps[qi];
-                if !q.active || !self.quantum_spent(q, &plan, now) {
-                    continue;
-                }
-                let Some(next) = waiting.next() else {
-                    // Nobody waits: the QP keeps the NIC for another quantum.
-                    let q = &mut self.qps[qi];
-                    q.active_since_ns = now;
-                    q.active_requests = 0;
-                    q.active_bytes = 0;
-                    continue;
-                };
-                let wait = match self.tenants[t].pcq.as_mut() {
-                    Some(pcq) => Some(pcq.plan_handoff(&mut self.nic)?),
-                    None => None,
-                };
-                self.counters.handoffs += 1;
+            let Some(next) = waiting.next() else {
+                // Nobody waits: the QP keeps the NIC for another quantum.
                 let q = &mut self.qps[qi];
-                q.active = false;
-                q.pending_release = wait.is_some();
-                self.activate(next, now, wait);
-            }
-            self.tenants[t].rr = (start + 1) % n.max(1);
+                q.active_since_ns = now;
+                q.active_requests = 0;
+                q.active_bytes = 0;
+                continue;
+            };
+            let wait = match self.tenants[t].pcq.as_mut() {
+                Some(pcq) => Some(pcq.plan_handoff(&mut self.nic)?),
+                None => None,
+            };
+            self.counters.handoffs += 1;
+            let q = &mut self.qps[qi];
+            q.active = false;
+            q.pending_release = wait.is_some();
+            self.activate(next, now, wait);
         }
+        self.tenants[t].rr = (start + 1) % n.max(1);
         Ok(())
     }
 
     fn quantum_spent(&self, q: &DpQp, plan: &TenantPlan, now: u64) -> bool {
         quantum_hit(q, plan) || (plan.quantum_ns > 0 && now.saturating_sub(q.active_since_ns) >= plan.quantum_ns)
+    }
+}
+
+/// The completion of a request that a failed QP never posted.
+fn failed_completion(wr: &WorkRequest, status: WcStatus, now: u64) -> Completion {
+    Completion {
+        wr_id: wr.wr_id,
+        qp: wr.qp,
+        status,
+        kind: CompletionKind::Send,
+        byte_len: 0,
+        imm: None,
+        posted_ns: wr.posted_ns,
+        completed_ns: now,
     }
 }
 
@@ -487,10 +569,9 @@ impl<R: Rnic> Dataplane<R> {
 
     fn post_all(&mut self, now: u64) -> Result<bool, RnicError> {
         let mut did = false;
-        let capped: Vec<bool> = self.plans.iter().map(|p| p.max_active_qps > 0).collect();
         for qi in 0..self.qps.len() {
             let t = self.qps[qi].tenant as usize;
-            let allowed = !capped[t] || self.qps[qi].active;
+            let allowed = self.plans[t].max_active_qps == 0 || self.qps[qi].active;
             if self.qps[qi].failed {
                 continue;
             }
@@ -518,7 +599,7 @@ impl<R: Rnic> Dataplane<R> {
         // The release ends the QP's previous stream, so it goes first.
         if q.pending_release && free > 0 {
             if let Some((release, _)) = pcq_ops {
-                specs.push(WqeSpec { opcode: release, sge: None, inline: false, signaled: false, meta: Meta::Hidden });
+                specs.push(WqeSpec { opcode: release, sge: None, inline: false, signaled: false, meta: Meta::Release });
                 q.since_signal += 1;
                 free -= 1;
             }
@@ -537,6 +618,7 @@ impl<R: Rnic> Dataplane<R> {
                 meta: Meta::Hidden,
             });
             q.pending_wait = None;
+            q.waiting_on = Some(count);
             q.since_signal += 1;
             free -= 1;
         }
@@ -595,8 +677,9 @@ impl<R: Rnic> Dataplane<R> {
         }
         let base = q.next_seq;
         let nic_qp = q.nic_qp;
-        let sges: Vec<[Sge; 1]> =
-            specs.iter().map(|s| [s.sge.unwrap_or(Sge { addr: 0, length: 0, lkey: 0 })]).collect();
+        let mut sges = std::mem::take(&mut self.scratch.sges);
+        sges.clear();
+        sges.extend(specs.iter().map(|s| [s.sge.unwrap_or(Sge { addr: 0, length: 0, lkey: 0 })]));
         // Inline payloads: the CPU copies the bytes out of the tenant's buffer.
         let mut inline: Vec<Vec<u8>> = Vec::new();
         for s in specs.iter().filter(|s| s.inline) {
@@ -608,27 +691,25 @@ impl<R: Rnic> Dataplane<R> {
             inline.push(bytes);
         }
         let mut inline_iter = inline.iter();
-        let wrs: Vec<SendWr<'_>> = specs
-            .iter()
-            .zip(&sges)
-            .enumerate()
-            .map(|(k, (s, sge))| SendWr {
-                wr_id: ((qi as u64) << WR_QP_SHIFT) | ((base + k as u64) & WR_SEQ_MASK),
-                opcode: s.opcode,
-                payload: match (s.sge.is_some(), s.inline) {
-                    (true, true) => inline_iter.next().map_or(Payload::Sges(sge), |b| Payload::Inline(b)),
-                    (true, false) => Payload::Sges(sge),
-                    _ => Payload::None,
-                },
-                signaled: s.signaled,
-            })
-            .collect();
+        let mut wrs = recycle(std::mem::take(&mut self.scratch.wrs));
+        wrs.extend(specs.iter().zip(&sges).enumerate().map(|(k, (s, sge))| SendWr {
+            wr_id: ((qi as u64) << WR_QP_SHIFT) | ((base + k as u64) & WR_SEQ_MASK),
+            opcode: s.opcode,
+            payload: match (s.sge.is_some(), s.inline) {
+                (true, true) => inline_iter.next().map_or(Payload::Sges(sge), |b| Payload::Inline(b)),
+                (true, false) => Payload::Sges(sge),
+                _ => Payload::None,
+            },
+            signaled: s.signaled,
+        }));
         let result = self.nic.post_send(nic_qp, &wrs);
         let posted = match &result {
             Ok(()) => specs.len(),
             Err(e) => e.index,
         };
-        drop(wrs);
+        wrs.clear();
+        self.scratch.wrs = recycle(wrs);
+        self.scratch.sges = sges;
         let q = &mut self.qps[qi];
         for (k, s) in specs.iter().take(posted).enumerate() {
             q.posted.push_back((base + k as u64, s.meta));
@@ -641,25 +722,83 @@ impl<R: Rnic> Dataplane<R> {
         q.next_seq = base + posted as u64;
         self.counters.wqes_posted += posted as u64;
         self.counters.doorbells += 1;
-        self.specs = specs;
-        if let Err(e) = result {
-            // The NIC refused part of the list (the QP is broken): fail it.
-            let _ = e;
-            self.fail_qp(qi);
+        if result.is_err() {
+            // The NIC refused part of the list (the QP is broken): the first
+            // message it cut completes with a local QP error, every later one
+            // with a flush error, after what was posted before them.
+            let now = self.nic.clock_ns();
+            let mut first = Some(WcStatus::LocQpOpErr);
+            let q = &mut self.qps[qi];
+            let lost = specs[posted..].iter().filter(|s| matches!(s.meta, Meta::Release)).count();
+            self.tenants[t].lost_releases += lost as u32;
+            for s in &specs[posted..] {
+                if let Meta::App { wr_id, posted_ns, .. } = s.meta {
+                    let status = first.take().unwrap_or(WcStatus::WrFlushErr);
+                    q.outstanding = q.outstanding.saturating_sub(1);
+                    q.dead.push_back(Completion {
+                        wr_id,
+                        qp: q.index,
+                        status,
+                        kind: CompletionKind::Send,
+                        byte_len: 0,
+                        imm: None,
+                        posted_ns,
+                        completed_ns: now,
+                    });
+                }
+            }
+            self.fail_qp(qi, Some(first.unwrap_or(WcStatus::WrFlushErr)));
         }
+        self.specs = specs;
         Ok(true)
     }
 
-    /// Completes everything a failed QP still holds with a flush error.
-    fn fail_qp(&mut self, qi: usize) {
+    /// Fails QP `qi`: the message being posted completes with
+    /// `cursor_status` (or the error its posted chunks met), everything
+    /// held with a flush error; all of them after the messages already
+    /// posted, which complete as the NIC flushes them.
+    fn fail_qp(&mut self, qi: usize, cursor_status: Option<WcStatus>) {
         let now = self.nic.clock_ns();
         let q = &mut self.qps[qi];
         q.failed = true;
-        let mut lost: Vec<WorkRequest> = q.cursor.take().map(|c| c.wr).into_iter().collect();
-        lost.extend(q.held.drain(..).map(|h| h.wr));
+        // Releases still queued (or never posted) may never run: their
+        // hand-offs may need rescuing.
+        let releases = q.posted.iter().filter(|(_, m)| matches!(m, Meta::Release)).count() as u32;
+        let lost = releases + q.pending_release as u32;
+        q.pending_release = false;
+        self.tenants[q.tenant as usize].lost_releases += lost;
+        // A hidden chunk's error belongs to the first message whose last WQE
+        // is still posted; if there is none, to the message being posted (its
+        // first chunks failed while the rest was still in software).
+        let app_posted = q.posted.iter().any(|(_, m)| matches!(m, Meta::App { .. }));
+        let cursor_status = cursor_status.unwrap_or_else(|| {
+            if app_posted {
+                WcStatus::WrFlushErr
+            } else {
+                q.pending_error.take().unwrap_or(WcStatus::WrFlushErr)
+            }
+        });
+        if let Some(c) = q.cursor.take() {
+            q.dead.push_back(failed_completion(&c.wr, cursor_status, now));
+        }
+        while let Some(h) = q.held.pop_front() {
+            q.dead.push_back(failed_completion(&h.wr, WcStatus::WrFlushErr, now));
+        }
+        self.flush_dead(qi);
+    }
+
+    /// Delivers a failed QP's unposted requests' completions once every
+    /// message it posted has completed (per-QP order).
+    fn flush_dead(&mut self, qi: usize) {
+        let q = &mut self.qps[qi];
+        if q.outstanding > 0 || q.dead.is_empty() {
+            return;
+        }
         let t = q.tenant as usize;
-        for wr in lost {
-            self.refuse(t, &wr, WcStatus::WrFlushErr, now);
+        let dead = std::mem::take(&mut q.dead);
+        for c in dead {
+            self.counters.refused += 1;
+            self.deliver(t, c);
         }
     }
 
@@ -696,16 +835,20 @@ impl<R: Rnic> Dataplane<R> {
         let Some(q) = self.qps.get_mut(qi) else { return };
         let t = q.tenant as usize;
         let index = q.index;
-        if !q.posted.iter().any(|(s, _)| s & WR_SEQ_MASK == seq_low) {
+        // `posted` holds consecutive sequence numbers from its front to
+        // `next_seq`: a completion is ours if its number lies in that range.
+        let Some(&(front, _)) = q.posted.front() else { return };
+        if seq_low.wrapping_sub(front) & WR_SEQ_MASK >= q.next_seq - front {
             return;
         }
-        let mut out: Vec<Completion> = Vec::new();
+        let mut out = std::mem::take(&mut self.scratch.out);
+        out.clear();
         let mut hidden = 0u64;
         while let Some((seq, meta)) = q.posted.pop_front() {
             let this = seq & WR_SEQ_MASK == seq_low;
             let status = if this { wc.status } else { WcStatus::Success };
             match meta {
-                Meta::Hidden => {
+                Meta::Hidden | Meta::Release => {
                     hidden += 1;
                     if !status.is_ok() && q.pending_error.is_none() {
                         q.pending_error = Some(status);
@@ -730,12 +873,17 @@ impl<R: Rnic> Dataplane<R> {
                 break;
             }
         }
-        if !wc.status.is_ok() && !q.failed {
-            self.fail_qp(qi);
-        }
+        let newly_failed = !wc.status.is_ok() && !q.failed;
+        let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
-        for c in out {
+        for c in out.drain(..) {
             self.deliver(t, c);
+        }
+        self.scratch.out = out;
+        if newly_failed {
+            self.fail_qp(qi, None);
+        } else if failed {
+            self.flush_dead(qi);
         }
     }
 
@@ -757,8 +905,46 @@ impl<R: Rnic> Dataplane<R> {
         self.deliver(t, c);
     }
 
+    /// Releases hand-offs that a failed QP took with it. For a tenant that
+    /// may have lost releases: if one of its healthy QPs has been blocked on
+    /// a hand-off count the PCQ has not reached, with no hand-off completing
+    /// for a whole tick, the loop releases one hand-off itself (per tick,
+    /// at most as many as may have been lost). A slow but healthy stream can
+    /// only be mistaken for a stall while such a loss is outstanding, and
+    /// then costs one early hand-off, never a stranded QP.
+    fn rescue_stalls(&mut self) {
+        for t in 0..self.tenants.len() {
+            if self.tenants[t].lost_releases == 0 {
+                continue;
+            }
+            let ts = &mut self.tenants[t];
+            let Some(pcq) = ts.pcq.as_mut() else { continue };
+            let Ok(done) = pcq.completed(&mut self.nic) else { continue };
+            let blocked = ts
+                .qps
+                .iter()
+                .filter(|&&qi| !self.qps[qi].failed)
+                .filter_map(|&qi| self.qps[qi].waiting_on)
+                .any(|k| k > done);
+            if !blocked {
+                ts.stalled_at = None;
+                continue;
+            }
+            if ts.stalled_at != Some(done) {
+                ts.stalled_at = Some(done);
+                continue;
+            }
+            if pcq.rescue(&mut self.nic, ts.pd, self.zw_cq).is_ok() {
+                ts.lost_releases -= 1;
+                ts.stalled_at = None;
+                self.counters.rescued_handoffs += 1;
+            }
+        }
+    }
+
     fn tick(&mut self, now: u64) {
         self.counters.ticks += 1;
+        self.rescue_stalls();
         self.next_tick_ns = now + self.policy.tick_interval_ns();
         let stats: Vec<TenantStats> = self
             .tenants

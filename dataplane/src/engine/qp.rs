@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use perf_policy_sdk::SplitPlan;
 
-use super::tenant::WorkRequest;
+use super::tenant::{Completion, WorkRequest};
 use crate::rnic::{QpHandle, WcStatus};
 
 /// A request waiting for its QP to be allowed.
@@ -27,6 +27,9 @@ pub(crate) struct Cursor {
 pub(crate) enum Meta {
     /// Hidden: a chunk other than the last, a zero-weight WR, a control WQE.
     Hidden,
+    /// Hidden: the release (SEND_ENABLE on the tenant's control QP) that
+    /// ends this QP's stream and lets the QP taking over start.
+    Release,
     /// The last WQE of an application message.
     App { wr_id: u64, len: u32, posted_ns: u64 },
 }
@@ -52,6 +55,9 @@ pub(crate) struct DpQp {
     pub active_bytes: u64,
     /// A WAIT on the tenant's PCQ count to post before anything else.
     pub pending_wait: Option<u64>,
+    /// The PCQ count of the last WAIT posted (the QP is blocked in the NIC
+    /// until the PCQ has completed that many hand-offs).
+    pub waiting_on: Option<u64>,
     /// Post the PCQ release (SEND_ENABLE) at the end of the next batch.
     pub pending_release: bool,
     /// Error of a hidden WQE, to report on the message it belongs to.
@@ -60,6 +66,9 @@ pub(crate) struct DpQp {
     pub failed: bool,
     /// Application messages posted and not yet completed.
     pub outstanding: u32,
+    /// Completions of a failed QP's requests that never reached the NIC,
+    /// delivered once its posted messages have completed.
+    pub dead: VecDeque<Completion>,
 }
 
 impl DpQp {
@@ -80,10 +89,12 @@ impl DpQp {
             active_requests: 0,
             active_bytes: 0,
             pending_wait: None,
+            waiting_on: None,
             pending_release: false,
             pending_error: None,
             failed: false,
             outstanding: 0,
+            dead: VecDeque::new(),
         }
     }
 

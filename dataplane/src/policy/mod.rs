@@ -1,14 +1,24 @@
-//! The policy host: runs a [`Policy`](perf_policy_sdk::Policy), validates
-//! every decision it returns, and falls back to a safe default (whole
-//! messages, no cap) for anything invalid, counting what it rejected.
+//! The policy host: runs a policy, native ([`Policy`]) or a sandboxed
+//! wasm module ([`wasm::WasmPolicy`]), validates every decision it returns,
+//! and falls back to a safe default (whole messages, no cap) for anything
+//! invalid, counting what it rejected.
+//!
+//! A wasm policy that traps, runs past its deadline, or returns an invalid
+//! or undecodable decision is replaced by the built-in `passthrough`; the
+//! host records why ([`ExitInfo`], like sched_ext's exit info) and traffic
+//! keeps flowing. A native policy's invalid decisions are only replaced
+//! (it cannot trap or loop within the sandbox's bounds, so it stays).
 //!
 //! Built-in native policies: [`passthrough`] (no isolation) and [`perf`]
-//! (PeRF's message- and QP-level preemption with fixed parameters).
+//! (PeRF's message- and QP-level preemption with fixed parameters); the
+//! same code is embedded as wasm modules ([`wasm::embedded`]).
 
 pub mod passthrough;
 pub mod perf;
+pub mod wasm;
 
 use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats};
+use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
 /// Counters of the policy host.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -17,19 +27,70 @@ pub struct PolicyCounters {
     pub calls: u64,
     /// Decisions rejected by validation (replaced by the safe default).
     pub rejections: u64,
+    /// Calls into a wasm policy that trapped or timed out.
+    pub traps: u64,
+    /// Times the host dropped a wasm policy for the built-in passthrough.
+    pub fallbacks: u64,
+}
+
+/// Why the host dropped a wasm policy.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExitInfo {
+    /// What happened.
+    pub kind: FaultKind,
+    /// The trap message or what was invalid.
+    pub message: String,
+    /// The hook that failed (`on_tick`, `on_request`, ...).
+    pub hook: &'static str,
+    /// The dataplane time of the last tick before the failure, in ns.
+    pub at_ns: u64,
+    /// The name of the dropped policy.
+    pub policy: String,
+}
+
+enum Hosted {
+    Native(Box<dyn Policy + Send>),
+    Wasm(Box<WasmPolicy>),
 }
 
 /// Runs one policy and checks its answers.
 pub struct PolicyHost {
-    policy: Box<dyn Policy + Send>,
+    policy: Hosted,
     /// Counters.
     pub counters: PolicyCounters,
+    exit: Option<ExitInfo>,
+    last_now_ns: u64,
+    reset_plans: bool,
+    wasm_tick_ns: u64,
 }
 
 impl PolicyHost {
     /// Hosts `policy`.
     pub fn new(policy: Box<dyn Policy + Send>) -> Self {
-        PolicyHost { policy, counters: PolicyCounters::default() }
+        Self::hosting(Hosted::Native(policy))
+    }
+
+    fn hosting(policy: Hosted) -> Self {
+        let mut h = PolicyHost {
+            policy,
+            counters: PolicyCounters::default(),
+            exit: None,
+            last_now_ns: 0,
+            reset_plans: false,
+            wasm_tick_ns: passthrough::Passthrough.tick_interval_ns(),
+        };
+        h.refresh_tick();
+        h
+    }
+
+    /// Hosts a loaded wasm policy.
+    pub fn wasm(policy: WasmPolicy) -> Self {
+        Self::hosting(Hosted::Wasm(Box::new(policy)))
+    }
+
+    /// Loads, validates and hosts a wasm module from its bytes.
+    pub fn from_wasm_bytes(bytes: &[u8], limits: WasmLimits) -> Result<Self, LoadError> {
+        WasmPolicy::from_bytes(bytes, limits).map(Self::wasm)
     }
 
     /// The built-in policy called `name`, if there is one.
@@ -42,32 +103,133 @@ impl PolicyHost {
         Some(Self::new(p))
     }
 
+    /// A policy by name or path: a built-in name (`perf`, `passthrough`),
+    /// `wasm:NAME` for an embedded wasm module of the repository's own
+    /// policies, or the path of a `.wasm` file, with default limits.
+    pub fn load(name_or_path: &str) -> Result<Self, LoadError> {
+        if let Some(h) = Self::builtin(name_or_path) {
+            return Ok(h);
+        }
+        if let Some(name) = name_or_path.strip_prefix("wasm:") {
+            let bytes = wasm::embedded::by_name(name).ok_or_else(|| LoadError::UnknownPolicy(name_or_path.into()))?;
+            return Self::from_wasm_bytes(bytes, WasmLimits::default());
+        }
+        let path = std::path::Path::new(name_or_path);
+        if !path.exists() {
+            return Err(LoadError::UnknownPolicy(name_or_path.into()));
+        }
+        WasmPolicy::from_file(path, WasmLimits::default()).map(Self::wasm)
+    }
+
     /// Names and one-line descriptions of the built-in policies.
     pub const BUILTINS: &'static [(&'static str, &'static str)] = &[
         ("passthrough", "no isolation: requests go to the NIC unchanged (the NIC's own round-robin)"),
         ("perf", "PeRF: 16 KB sub-requests, zero-weight WRs while sensitive tenants run, 2 active QPs per tenant"),
     ];
 
-    /// The policy's name.
+    /// The policy's name (`passthrough` after a fallback).
     pub fn name(&self) -> &str {
-        self.policy.name()
+        match &self.policy {
+            Hosted::Native(p) => p.name(),
+            Hosted::Wasm(w) => w.name(),
+        }
     }
 
-    /// How often to tick, in ns (at least 10 us).
+    /// Whether the running policy is a wasm module.
+    pub fn is_wasm(&self) -> bool {
+        matches!(self.policy, Hosted::Wasm(_))
+    }
+
+    /// The ABI version of the running wasm policy (`None` for a native one).
+    pub fn wasm_abi_version(&self) -> Option<(u16, u16)> {
+        match &self.policy {
+            Hosted::Wasm(w) => Some(w.abi_version()),
+            Hosted::Native(_) => None,
+        }
+    }
+
+    /// Why the host dropped a wasm policy, if it did.
+    pub fn exit_info(&self) -> Option<&ExitInfo> {
+        self.exit.as_ref()
+    }
+
+    /// The wasm policy's log lines (empty for a native policy).
+    pub fn wasm_log(&self) -> &[String] {
+        match &self.policy {
+            Hosted::Wasm(w) => w.log(),
+            Hosted::Native(_) => &[],
+        }
+    }
+
+    /// Drops the wasm policy for passthrough, recording why.
+    fn fall_back(&mut self, hook: &'static str, fault: Fault) {
+        if matches!(fault.kind, FaultKind::Trap | FaultKind::Timeout) {
+            self.counters.traps += 1;
+        }
+        self.counters.fallbacks += 1;
+        self.exit = Some(ExitInfo {
+            kind: fault.kind,
+            message: fault.message,
+            hook,
+            at_ns: self.last_now_ns,
+            policy: self.name().to_string(),
+        });
+        self.policy = Hosted::Native(Box::new(passthrough::Passthrough));
+        self.reset_plans = true;
+    }
+
+    /// How often to tick, in ns (at least 10 us). A wasm policy's interval
+    /// is read at load and after each tick.
     pub fn tick_interval_ns(&self) -> u64 {
-        self.policy.tick_interval_ns().max(10_000)
+        let v = match &self.policy {
+            Hosted::Native(p) => p.tick_interval_ns(),
+            Hosted::Wasm(_) => self.wasm_tick_ns,
+        };
+        v.max(10_000)
+    }
+
+    /// Re-reads the wasm policy's tick interval.
+    fn refresh_tick(&mut self) {
+        if let Hosted::Wasm(w) = &mut self.policy {
+            match w.tick_interval_ns() {
+                Ok(v) => self.wasm_tick_ns = v,
+                Err(f) => self.fall_back("tick_interval_ns", f),
+            }
+        }
     }
 
     /// A tenant appeared.
     pub fn on_tenant(&mut self, t: &TenantInfo) {
         self.counters.calls += 1;
-        self.policy.on_tenant(t);
+        match &mut self.policy {
+            Hosted::Native(p) => p.on_tenant(t),
+            Hosted::Wasm(w) => {
+                if let Err(f) = w.on_tenant(t) {
+                    self.fall_back("on_tenant", f);
+                }
+            }
+        }
     }
 
     /// The validated split plan for a request.
     pub fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
         self.counters.calls += 1;
-        let s = self.policy.on_request(req, plan);
+        let s = match &mut self.policy {
+            Hosted::Native(p) => p.on_request(req, plan),
+            Hosted::Wasm(w) => match w.on_request(req, plan) {
+                Ok(s) if s.validate().is_ok() => s,
+                Ok(s) => {
+                    self.counters.rejections += 1;
+                    let why = format!("split plan {s:?}: {:?}", s.validate().err());
+                    self.fall_back("on_request", Fault { kind: FaultKind::InvalidDecision, message: why });
+                    return SplitPlan::WHOLE;
+                }
+                Err(f) => {
+                    self.fall_back("on_request", f);
+                    return SplitPlan::WHOLE;
+                }
+            },
+        };
         match s.validate() {
             Ok(()) => s,
             Err(_) => {
@@ -80,7 +242,37 @@ impl PolicyHost {
     /// Runs the tick hook; invalid plans are replaced by passthrough.
     pub fn on_tick(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
         self.counters.calls += 1;
-        self.policy.on_tick(now_ns, stats, plans);
+        self.last_now_ns = now_ns;
+        if self.reset_plans {
+            // The first tick after a fallback: drop the old policy's plans.
+            self.reset_plans = false;
+            plans.fill(TenantPlan::PASSTHROUGH);
+        }
+        match &mut self.policy {
+            Hosted::Native(p) => p.on_tick(now_ns, stats, plans),
+            Hosted::Wasm(w) => {
+                let res = w.on_tick(now_ns, stats, plans).and_then(|()| {
+                    match plans.iter().enumerate().find_map(|(i, p)| p.validate().err().map(|e| (i, e))) {
+                        None => Ok(()),
+                        Some((i, e)) => Err(Fault {
+                            kind: FaultKind::InvalidDecision,
+                            message: format!("plan of tenant {i}: {e:?}"),
+                        }),
+                    }
+                });
+                if let Err(f) = res {
+                    if f.kind == FaultKind::InvalidDecision {
+                        self.counters.rejections += 1;
+                    }
+                    plans.fill(TenantPlan::PASSTHROUGH);
+                    self.fall_back("on_tick", f);
+                    self.reset_plans = false;
+                    return;
+                }
+                self.refresh_tick();
+                return;
+            }
+        }
         for p in plans.iter_mut() {
             if p.validate().is_err() {
                 self.counters.rejections += 1;

@@ -1,15 +1,7 @@
 //! `passthrough`: no isolation. Every request goes to the NIC whole, no
 //! QP is held back: the NIC's own round-robin decides. Equal to direct
-//! mode, through the dataplane.
+//! mode, through the dataplane. The code lives in the
+//! `perf-policy-passthrough` crate (`policies/passthrough`), also compiled
+//! to the `passthrough.wasm` policy module.
 
-use perf_policy_sdk::Policy;
-
-/// The no-isolation policy.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Passthrough;
-
-impl Policy for Passthrough {
-    fn name(&self) -> &str {
-        "passthrough"
-    }
-}
+pub use perf_policy_passthrough::Passthrough;

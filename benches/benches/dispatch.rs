@@ -1,0 +1,285 @@
+//! Dispatch rate of the dataplane loop: WQEs posted per second of wall time
+//! spent inside `Dataplane::round`, on one core, over the simulated NIC.
+//!
+//! One bulk tenant keeps 8 RDMA WRITEs of 1 MB outstanding on one QP
+//! (host 0 of a `SimFabric::pair`, the peer a passive target on host 1),
+//! driven in virtual time. Configurations:
+//! - `passthrough`: messages go whole (1 WQE per 1 MB message);
+//! - `perf 16K+16zw`: PeRF's plan while a sensitive tenant runs, 16 KiB
+//!   chunks each followed by 16 zero-weight WRs (17 WQEs per 16 KiB, about
+//!   12 M WQEs/s at 100 Gb/s), through a fixed-plan policy;
+//! - `perf (builtin)`: the built-in `perf` policy alone with the tenant
+//!   (16 KiB chunks, no zero-weight WRs once it has classified the tenant).
+//!
+//! Only the wall time inside `round()` counts (the tenant's posts and the
+//! simulator's event processing between rounds do not). That time includes
+//! the simulated NIC's `post_send` / `poll_cq` (which stand for WQE writes,
+//! a doorbell and CQ reads on hardware, and cost more in the model), so the
+//! NIC is wrapped in [`TimedNic`], which times those calls, and the report
+//! gives both the whole `round()` rate and the loop's own rate with the
+//! NIC calls' time taken out. Each configuration runs 5 times; the median
+//! (by whole-round rate) is reported. `PERF_BENCH_QUICK=1` runs once,
+//! shorter; `PERF_BENCH_ONLY=TEXT` runs only the configurations whose name
+//! contains TEXT (for profiling one, e.g. under `valgrind --tool=callgrind`).
+//!
+//! `cargo bench -p perf-benches --bench dispatch`
+
+use std::time::{Duration, Instant};
+
+use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, WorkRequest};
+use perf_dataplane::perftest::Side;
+use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rnic::connect::{bring_up, endpoint};
+use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
+use perf_dataplane::rnic::*;
+use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantPlan};
+
+/// Message size of the bulk tenant.
+const MSG: u32 = 1_000_000;
+/// Messages it keeps outstanding.
+const DEPTH: usize = 8;
+
+/// A fixed plan: every message split into `chunk`-byte sub-requests, each
+/// followed by `zw` zero-weight WRs; no QP cap.
+struct FixedSplit {
+    chunk: u32,
+    zw: u32,
+}
+
+impl Policy for FixedSplit {
+    fn name(&self) -> &str {
+        "perf-16k-zw16"
+    }
+
+    fn on_request(&mut self, _req: &RequestInfo, _plan: &TenantPlan) -> SplitPlan {
+        SplitPlan { chunk_bytes: self.chunk, zero_weight_per_chunk: self.zw }
+    }
+}
+
+/// The simulated NIC with its data-path calls (`post_send`, `post_recv`,
+/// `poll_cq`) timed.
+struct TimedNic {
+    inner: SimRnic,
+    /// Wall time spent in the timed calls.
+    spent: Duration,
+}
+
+impl TimedNic {
+    fn timed<T>(&mut self, f: impl FnOnce(&mut SimRnic) -> T) -> T {
+        let t = Instant::now();
+        let r = f(&mut self.inner);
+        self.spent += t.elapsed();
+        r
+    }
+}
+
+impl Rnic for TimedNic {
+    fn device_info(&self) -> DeviceInfo {
+        self.inner.device_info()
+    }
+    fn port_info(&self) -> PortInfo {
+        self.inner.port_info()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.inner.clock_ns()
+    }
+    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
+        self.inner.alloc_pd()
+    }
+    fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
+        self.inner.reg_mr(pd, len, access)
+    }
+    fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
+        self.inner.dereg_mr(mr)
+    }
+    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
+        self.inner.write_mr(mr, offset, data)
+    }
+    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
+        self.inner.read_mr(mr, offset, out)
+    }
+    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
+        self.inner.create_cq(attr)
+    }
+    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
+        self.inner.destroy_cq(cq)
+    }
+    fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
+        self.inner.create_qp(pd, attr)
+    }
+    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
+        self.inner.modify_qp(qp, transition)
+    }
+    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
+        self.inner.qp_state(qp)
+    }
+    fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
+        self.inner.destroy_qp(qp)
+    }
+    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.timed(|n| n.post_send(qp, wrs))
+    }
+    fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.timed(|n| n.post_recv(qp, wrs))
+    }
+    fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
+        self.timed(|n| n.poll_cq(cq, out))
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// WQEs posted during the measured window.
+    wqes: u64,
+    /// Data WQEs among them.
+    data_wqes: u64,
+    /// Doorbells (post lists).
+    doorbells: u64,
+    /// Wall time inside `round()` during the window.
+    in_round: Duration,
+    /// Of which inside the NIC's data-path calls.
+    in_nic: Duration,
+    /// Rounds during the window.
+    rounds: u64,
+    /// Payload rate the tenant got, Gb/s of virtual time.
+    gbps: f64,
+}
+
+impl Sample {
+    fn wqes_per_s(&self) -> f64 {
+        self.wqes as f64 / self.in_round.as_secs_f64()
+    }
+
+    fn ns_per_wqe(&self) -> f64 {
+        self.in_round.as_nanos() as f64 / self.wqes as f64
+    }
+
+    /// The loop's own time per WQE, the NIC calls' time taken out.
+    fn loop_ns_per_wqe(&self) -> f64 {
+        self.in_round.saturating_sub(self.in_nic).as_nanos() as f64 / self.wqes as f64
+    }
+}
+
+/// Runs the bulk tenant for `virtual_ms` under `policy`, measuring after
+/// `warmup_ms`.
+fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
+    let f = SimFabric::pair(1);
+    let nic = TimedNic { inner: f.nic(0), spent: Duration::ZERO };
+    let mut dp = Dataplane::new(nic, policy, DataplaneConfig::default()).expect("dataplane");
+    let h = dp.add_tenant("bulk", 1).expect("tenant");
+    let mr = dp.reg_mr(h.id, MSG as usize).expect("mr");
+    let mut side = Side::new(f.nic(1), 1, MSG as usize, 0, 64).expect("peer");
+    let (index, ep) = dp.create_qp(h.id, 0).expect("qp");
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    dp.connect_qp(h.id, index, endpoint(&side.nic, side.qps[0].qp_num)).expect("connect");
+    bring_up(&mut side.nic, side.qps[0].handle, ep, access).expect("peer bring_up");
+    let remote = side.mr.remote(0);
+    let clock = f.nic(0);
+
+    let (warm_ns, end_ns) = (warmup_ms * 1_000_000, virtual_ms * 1_000_000);
+    let mut outstanding = 0usize;
+    let mut next_id = 0u64;
+    let mut in_round = Duration::ZERO;
+    let mut rounds = 0u64;
+    let mut start = None;
+    let mut bytes = 0u64;
+    loop {
+        let now = clock.clock_ns();
+        if start.is_none() && now >= warm_ns {
+            start = Some((dp.counters(), now));
+            dp.nic().spent = Duration::ZERO;
+            in_round = Duration::ZERO;
+            rounds = 0;
+            bytes = 0;
+        }
+        if now >= end_ns {
+            break;
+        }
+        while let Some(c) = h.poll() {
+            assert!(c.status.is_ok(), "completion error {c:?}");
+            outstanding -= 1;
+            bytes += c.byte_len as u64;
+        }
+        while outstanding < DEPTH {
+            next_id += 1;
+            let wr = WorkRequest {
+                wr_id: next_id,
+                qp: 0,
+                op: RequestOp::Write { remote },
+                mr,
+                offset: 0,
+                len: MSG,
+                posted_ns: now,
+            };
+            h.post(wr).expect("post");
+            outstanding += 1;
+        }
+        // The loop runs until it has nothing left to do at this instant.
+        loop {
+            let t = Instant::now();
+            let did = dp.round().expect("round");
+            in_round += t.elapsed();
+            rounds += 1;
+            if !did {
+                break;
+            }
+        }
+        if !f.step_until_visible(end_ns * PS_PER_NS) {
+            f.advance_to_ns(end_ns);
+        }
+    }
+    let (c0, t0) = start.expect("the run passed its warm-up");
+    let c = dp.counters();
+    let window_ns = clock.clock_ns() - t0;
+    Sample {
+        wqes: c.wqes_posted - c0.wqes_posted,
+        data_wqes: c.data_wqes - c0.data_wqes,
+        doorbells: c.doorbells - c0.doorbells,
+        in_round,
+        in_nic: dp.nic().spent,
+        rounds,
+        gbps: bytes as f64 * 8.0 / window_ns as f64,
+    }
+}
+
+fn main() {
+    let quick = std::env::var("PERF_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let (runs, warmup_ms, virtual_ms) = if quick { (1, 2, 6) } else { (5, 2, 22) };
+    println!(
+        "dispatch: WQEs posted per second of wall time inside Dataplane::round, one bulk tenant \
+         ({DEPTH} x {MSG} B WRITE outstanding, 1 QP), {} ms virtual after {warmup_ms} ms warm-up, {runs} run(s)",
+        virtual_ms - warmup_ms
+    );
+    type Make = fn() -> PolicyHost;
+    let configs: [(&str, Make); 3] = [
+        ("passthrough", || PolicyHost::builtin("passthrough").expect("passthrough")),
+        ("perf 16K+16zw", || PolicyHost::new(Box::new(FixedSplit { chunk: 16384, zw: 16 }))),
+        ("perf (builtin)", || PolicyHost::builtin("perf").expect("perf")),
+    ];
+    let only = std::env::var("PERF_BENCH_ONLY").unwrap_or_default();
+    for (name, make) in configs.into_iter().filter(|(name, _)| name.contains(only.as_str())) {
+        let mut samples: Vec<Sample> = (0..runs).map(|_| run(make(), warmup_ms, virtual_ms)).collect();
+        samples.sort_by(|a, b| a.wqes_per_s().total_cmp(&b.wqes_per_s()));
+        let m = samples[samples.len() / 2];
+        let all: Vec<String> = samples.iter().map(|s| format!("{:.2}", s.wqes_per_s() / 1e6)).collect();
+        println!(
+            "  {name:<15} {:>7.2} M WQEs/s {:>7.1} ns/WQE | loop alone {:>7.2} M WQEs/s {:>6.1} ns/WQE \
+             ({} WQEs, {} data, {:.1} WQEs/doorbell, {} rounds, {:.2} ms in round(), {:.0}% of it in the NIC, \
+             tenant {:.2} Gb/s; runs: [{}] M/s)",
+            m.wqes_per_s() / 1e6,
+            m.ns_per_wqe(),
+            1e3 / m.loop_ns_per_wqe(),
+            m.loop_ns_per_wqe(),
+            m.wqes,
+            m.data_wqes,
+            m.wqes as f64 / m.doorbells.max(1) as f64,
+            m.rounds,
+            m.in_round.as_secs_f64() * 1e3,
+            100.0 * m.in_nic.as_secs_f64() / m.in_round.as_secs_f64(),
+            m.gbps,
+            all.join(", ")
+        );
+    }
+    println!("need: ~12 M WQEs/s for PeRF at 100 Gb/s (17 WQEs per 16 KiB chunk)");
+}

@@ -1,0 +1,610 @@
+//! The wasm policy sandbox: loads a policy module (the ABI of
+//! [`perf_policy_sdk::abi`], `docs/policy-abi.md`), validates it before it
+//! can run, and calls its hooks under bounds.
+//!
+//! - **Validation** ([`WasmPolicy::from_bytes`]): the bytes are a wasm
+//!   module; it imports only `perf.now_ns` / `perf.log` with their
+//!   signatures; it exports `memory` and every hook of
+//!   [`abi::REQUIRED_EXPORTS`] with the ABI's signature; its
+//!   `perf_abi_version` is compatible with [`ABI_VERSION`]; its buffers
+//!   lie inside its memory, aligned; its name is UTF-8 of at most
+//!   [`abi::MAX_NAME_LEN`] bytes. Any failure is a [`LoadError`] naming
+//!   what is wrong.
+//! - **Bounds** ([`WasmLimits`]): every call runs under an epoch deadline
+//!   (a process-wide ticker thread advances the engine's epoch every
+//!   [`EPOCH_TICK`]), or, if chosen, a fuel budget; linear memory is
+//!   capped by `StoreLimits` (growing past the cap traps); the wasm stack
+//!   is capped by the engine's `max_wasm_stack`.
+//! - **Faults**: a call that traps, runs out of time, or returns something
+//!   undecodable is a [`Fault`]; the [`PolicyHost`](super::PolicyHost)
+//!   then drops to the built-in `passthrough` and records an
+//!   [`ExitInfo`](super::ExitInfo).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use perf_policy_sdk::abi::{self, ValType as AbiType};
+use perf_policy_sdk::{RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION};
+use wasmtime::{
+    Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
+    TypedFunc, ValType,
+};
+
+/// How often the process-wide ticker advances the epoch of the engine.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+
+/// The wasm stack cap of the engine, in bytes.
+pub const MAX_WASM_STACK: usize = 512 * 1024;
+
+/// Most log lines kept per module (older ones are dropped).
+pub const MAX_LOG_LINES: usize = 64;
+/// Longest log line kept, in bytes.
+pub const MAX_LOG_LINE: usize = 256;
+
+/// How calls into a module are interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interruption {
+    /// Epoch deadline: a call is stopped after about this long (rounded
+    /// up to whole [`EPOCH_TICK`]s, plus one). Cheap, wall-clock based.
+    Epoch(Duration),
+    /// Fuel: a call is stopped after about this many wasm instructions.
+    /// Deterministic, dearer per instruction.
+    Fuel(u64),
+}
+
+/// The bounds a module runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WasmLimits {
+    /// Per-call interruption.
+    pub interruption: Interruption,
+    /// Cap on the module's linear memory, in bytes.
+    pub max_memory_bytes: usize,
+}
+
+impl Default for WasmLimits {
+    /// 50 ms per call by epoch (generous, so that a legitimate call descheduled
+    /// on a loaded machine is not taken for a loop), 16 MiB of memory.
+    fn default() -> Self {
+        WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(50)), max_memory_bytes: 16 << 20 }
+    }
+}
+
+/// Why a module could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a wasm module (bad magic number).
+    #[error("not a wasm module (no `\\0asm` header)")]
+    NotWasm,
+    /// The module does not compile.
+    #[error("the module does not compile: {0}")]
+    Compile(String),
+    /// The module imports something the host does not provide.
+    #[error(
+        "the module imports `{module}.{name}`, which the host does not provide (it provides perf.now_ns, perf.log)"
+    )]
+    UnknownImport {
+        /// Import module.
+        module: String,
+        /// Import name.
+        name: String,
+    },
+    /// A required export is missing.
+    #[error("the module lacks the export `{0}`")]
+    MissingExport(String),
+    /// An export or import has the wrong kind or signature.
+    #[error("`{name}` has type {found}, the ABI wants {want}")]
+    WrongType {
+        /// Export or import name.
+        name: String,
+        /// What the module has.
+        found: String,
+        /// What the ABI wants.
+        want: String,
+    },
+    /// The module speaks another ABI version.
+    #[error("the module speaks ABI {}.{}, this host speaks {}.{} (same major and an older or equal minor needed)", module.0, module.1, host.0, host.1)]
+    AbiVersion {
+        /// The module's version.
+        module: (u16, u16),
+        /// The host's version.
+        host: (u16, u16),
+    },
+    /// A buffer pointer is out of memory, misaligned, or too small.
+    #[error("bad {what} buffer: {detail}")]
+    BadBuffer {
+        /// Which buffer.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The policy's name is not UTF-8 or too long.
+    #[error("bad policy name: {0}")]
+    BadName(String),
+    /// Instantiation failed (start function trapped, memory over the cap).
+    #[error("instantiation failed: {0}")]
+    Instantiate(String),
+    /// A call made while loading failed.
+    #[error("`{hook}` failed while loading: {fault}")]
+    Init {
+        /// The export called.
+        hook: &'static str,
+        /// What happened.
+        fault: Fault,
+    },
+    /// The wasm engine could not be created.
+    #[error("the wasm engine could not be created: {0}")]
+    Engine(String),
+    /// The module file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Neither a built-in policy nor a readable file.
+    #[error("unknown policy {0:?}: not a built-in name, `wasm:NAME` of an embedded module, nor a .wasm file")]
+    UnknownPolicy(String),
+}
+
+/// What kind of fault ended a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FaultKind {
+    /// The module trapped (unreachable, out of bounds, stack overflow,
+    /// memory growth past the cap, ...).
+    Trap,
+    /// The call ran past its deadline or fuel.
+    Timeout,
+    /// The call returned a decision that is not valid.
+    InvalidDecision,
+    /// The host could not marshal the call (too many tenants, a buffer
+    /// outside memory).
+    Marshal,
+}
+
+/// A failed call into a module.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct Fault {
+    /// The kind.
+    pub kind: FaultKind,
+    /// A description (the trap message, what was invalid).
+    pub message: String,
+}
+
+impl Fault {
+    fn new(kind: FaultKind, message: impl Into<String>) -> Self {
+        Fault { kind, message: message.into() }
+    }
+
+    fn from_wasm(e: wasmtime::Error) -> Self {
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) | Some(Trap::OutOfFuel) => Fault::new(FaultKind::Timeout, format!("{e:#}")),
+            _ => Fault::new(FaultKind::Trap, format!("{e:#}")),
+        }
+    }
+}
+
+struct HostState {
+    limits: StoreLimits,
+    now_ns: u64,
+    log: Vec<String>,
+}
+
+struct Hooks {
+    init: TypedFunc<(), i32>,
+    on_tenant: TypedFunc<(i32, i32, i32), ()>,
+    on_request: TypedFunc<(), i64>,
+    on_tick: TypedFunc<(i64, i32), i32>,
+    tick_interval_ns: TypedFunc<(), i64>,
+}
+
+/// A loaded, validated wasm policy module and its sandbox.
+pub struct WasmPolicy {
+    store: Store<HostState>,
+    memory: Memory,
+    hooks: Hooks,
+    stats_ptr: usize,
+    plans_ptr: usize,
+    request_ptr: usize,
+    max_tenants: usize,
+    name: String,
+    abi_version: (u16, u16),
+    limits: WasmLimits,
+}
+
+fn engine(fuel: bool) -> Result<&'static Engine, LoadError> {
+    static EPOCH: OnceLock<Result<Engine, String>> = OnceLock::new();
+    static FUEL: OnceLock<Result<Engine, String>> = OnceLock::new();
+    let cell = if fuel { &FUEL } else { &EPOCH };
+    cell.get_or_init(|| {
+        let mut cfg = Config::new();
+        cfg.max_wasm_stack(MAX_WASM_STACK);
+        if fuel {
+            cfg.consume_fuel(true);
+        } else {
+            cfg.epoch_interruption(true);
+        }
+        let engine = Engine::new(&cfg).map_err(|e| format!("{e:#}"))?;
+        if !fuel {
+            let e = engine.clone();
+            std::thread::Builder::new()
+                .name("perf-wasm-epoch".into())
+                .spawn(move || loop {
+                    std::thread::sleep(EPOCH_TICK);
+                    e.increment_epoch();
+                })
+                .map_err(|e| format!("epoch ticker thread: {e}"))?;
+        }
+        Ok(engine)
+    })
+    .as_ref()
+    .map_err(|e| LoadError::Engine(e.clone()))
+}
+
+fn type_string(params: &[AbiType], results: &[AbiType]) -> String {
+    let f = |v: &[AbiType]| v.iter().map(|t| format!("{t:?}").to_lowercase()).collect::<Vec<_>>().join(", ");
+    format!("func({}) -> ({})", f(params), f(results))
+}
+
+fn abi_type(v: &ValType) -> Option<AbiType> {
+    match v {
+        ValType::I32 => Some(AbiType::I32),
+        ValType::I64 => Some(AbiType::I64),
+        _ => None,
+    }
+}
+
+fn check_func(name: &str, ty: &ExternType, params: &[AbiType], results: &[AbiType]) -> Result<(), LoadError> {
+    let want = type_string(params, results);
+    let ExternType::Func(f) = ty else {
+        return Err(LoadError::WrongType { name: name.into(), found: "not a function".into(), want });
+    };
+    let p: Vec<Option<AbiType>> = f.params().map(|v| abi_type(&v)).collect();
+    let r: Vec<Option<AbiType>> = f.results().map(|v| abi_type(&v)).collect();
+    let same = |got: &[Option<AbiType>], want: &[AbiType]| {
+        got.len() == want.len() && got.iter().zip(want).all(|(g, w)| *g == Some(*w))
+    };
+    if same(&p, params) && same(&r, results) {
+        return Ok(());
+    }
+    Err(LoadError::WrongType { name: name.into(), found: format!("{f}"), want })
+}
+
+impl WasmPolicy {
+    /// Loads, validates and initialises a module from its bytes.
+    pub fn from_bytes(bytes: &[u8], limits: WasmLimits) -> Result<Self, LoadError> {
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(LoadError::NotWasm);
+        }
+        let engine = engine(matches!(limits.interruption, Interruption::Fuel(_)))?;
+        let module = Module::from_binary(engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        Self::validate(&module)?;
+
+        let mut linker: Linker<HostState> = Linker::new(engine);
+        let host_fn = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
+        linker
+            .func_wrap(abi::IMPORT_MODULE, abi::IMPORT_NOW_NS, |c: Caller<'_, HostState>| c.data().now_ns as i64)
+            .map_err(host_fn)?;
+        linker
+            .func_wrap(abi::IMPORT_MODULE, abi::IMPORT_LOG, |mut c: Caller<'_, HostState>, ptr: i32, len: i32| {
+                let Some(mem) = c.get_export(abi::MEMORY_EXPORT).and_then(|e| e.into_memory()) else { return };
+                let (ptr, len) = (ptr as u32 as usize, (len as u32 as usize).min(MAX_LOG_LINE));
+                let line = mem
+                    .data(&c)
+                    .get(ptr..ptr.saturating_add(len))
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_else(|| "<log message outside memory>".into());
+                let log = &mut c.data_mut().log;
+                if log.len() >= MAX_LOG_LINES {
+                    log.remove(0);
+                }
+                log.push(line);
+            })
+            .map_err(host_fn)?;
+
+        let state = HostState {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.max_memory_bytes)
+                .instances(1)
+                .memories(1)
+                .tables(4)
+                .table_elements(1 << 16)
+                .trap_on_grow_failure(true)
+                .build(),
+            now_ns: 0,
+            log: Vec::new(),
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limits);
+        Self::arm(&mut store, limits);
+        let instance = linker.instantiate(&mut store, &module).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+        let memory = instance
+            .get_memory(&mut store, abi::MEMORY_EXPORT)
+            .ok_or_else(|| LoadError::MissingExport(abi::MEMORY_EXPORT.into()))?;
+        let get = |store: &mut Store<HostState>, name: &'static str| -> Result<TypedFunc<(), i32>, LoadError> {
+            instance.get_typed_func(store, name).map_err(|_| LoadError::MissingExport(name.into()))
+        };
+
+        // The version first: nothing else of a module of another ABI runs.
+        let version = get(&mut store, "perf_abi_version")?;
+        let word = Self::call0(&mut store, limits, &version, "perf_abi_version")?;
+        let module_version = abi::split_version_word(word);
+        if !abi::compatible(ABI_VERSION, module_version) {
+            return Err(LoadError::AbiVersion { module: module_version, host: ABI_VERSION });
+        }
+        let hooks = Hooks {
+            init: get(&mut store, "perf_init")?,
+            on_tenant: instance
+                .get_typed_func(&mut store, "perf_on_tenant")
+                .map_err(|_| LoadError::MissingExport("perf_on_tenant".into()))?,
+            on_request: instance
+                .get_typed_func(&mut store, "perf_on_request")
+                .map_err(|_| LoadError::MissingExport("perf_on_request".into()))?,
+            on_tick: instance
+                .get_typed_func(&mut store, "perf_on_tick")
+                .map_err(|_| LoadError::MissingExport("perf_on_tick".into()))?,
+            tick_interval_ns: instance
+                .get_typed_func(&mut store, "perf_tick_interval_ns")
+                .map_err(|_| LoadError::MissingExport("perf_tick_interval_ns".into()))?,
+        };
+        let rc = Self::call0(&mut store, limits, &hooks.init, "perf_init")?;
+        if rc != 0 {
+            return Err(LoadError::Init {
+                hook: "perf_init",
+                fault: Fault::new(FaultKind::InvalidDecision, format!("returned {rc}, not 0")),
+            });
+        }
+        let mut ptr = |name: &'static str| -> Result<usize, LoadError> {
+            let f = get(&mut store, name)?;
+            Ok(Self::call0(&mut store, limits, &f, name)? as u32 as usize)
+        };
+        let max_tenants = ptr("perf_max_tenants")?;
+        let stats_ptr = ptr("perf_stats_ptr")?;
+        let plans_ptr = ptr("perf_plans_ptr")?;
+        let request_ptr = ptr("perf_request_ptr")?;
+        let name_ptr = ptr("perf_name_ptr")?;
+        let name_len = ptr("perf_name_len")?;
+        if max_tenants == 0 || max_tenants > abi::MAX_TENANTS {
+            return Err(LoadError::BadBuffer {
+                what: "stats/plans",
+                detail: format!("perf_max_tenants is {max_tenants}, not 1..={}", abi::MAX_TENANTS),
+            });
+        }
+        let mem_len = memory.data_size(&store);
+        for (what, p, len) in [
+            ("stats", stats_ptr, max_tenants * abi::STATS_SIZE),
+            ("plans", plans_ptr, max_tenants * abi::PLAN_SIZE),
+            ("request", request_ptr, abi::REQUEST_SLOT_SIZE),
+        ] {
+            if p % abi::BUFFER_ALIGN != 0 {
+                return Err(LoadError::BadBuffer { what, detail: format!("address {p:#x} is not 8-byte aligned") });
+            }
+            if !matches!(p.checked_add(len), Some(end) if end <= mem_len) {
+                return Err(LoadError::BadBuffer {
+                    what,
+                    detail: format!("{len} bytes at {p:#x} overrun the {mem_len}-byte memory"),
+                });
+            }
+        }
+        if name_len > abi::MAX_NAME_LEN {
+            return Err(LoadError::BadName(format!("{name_len} bytes long, at most {} allowed", abi::MAX_NAME_LEN)));
+        }
+        let name = memory
+            .data(&store)
+            .get(name_ptr..name_ptr.saturating_add(name_len))
+            .ok_or_else(|| LoadError::BadName("outside memory".into()))
+            .and_then(|b| std::str::from_utf8(b).map_err(|e| LoadError::BadName(e.to_string())))?
+            .to_string();
+        Ok(WasmPolicy {
+            store,
+            memory,
+            hooks,
+            stats_ptr,
+            plans_ptr,
+            request_ptr,
+            max_tenants,
+            name,
+            abi_version: module_version,
+            limits,
+        })
+    }
+
+    /// Loads a module from a file (see [`WasmPolicy::from_bytes`]).
+    pub fn from_file(path: &std::path::Path, limits: WasmLimits) -> Result<Self, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
+        Self::from_bytes(&bytes, limits)
+    }
+
+    /// Checks imports and exports against the ABI, before instantiation.
+    fn validate(module: &Module) -> Result<(), LoadError> {
+        for imp in module.imports() {
+            let (m, n) = (imp.module(), imp.name());
+            let sig: (&[AbiType], &[AbiType]) = match (m, n) {
+                (abi::IMPORT_MODULE, abi::IMPORT_NOW_NS) => (&[], &[AbiType::I64]),
+                (abi::IMPORT_MODULE, abi::IMPORT_LOG) => (&[AbiType::I32, AbiType::I32], &[]),
+                _ => return Err(LoadError::UnknownImport { module: m.into(), name: n.into() }),
+            };
+            check_func(&format!("{m}.{n}"), &imp.ty(), sig.0, sig.1)?;
+        }
+        for (name, params, results) in abi::REQUIRED_EXPORTS {
+            let ty = module.get_export(name).ok_or_else(|| LoadError::MissingExport((*name).into()))?;
+            check_func(name, &ty, params, results)?;
+        }
+        match module.get_export(abi::MEMORY_EXPORT) {
+            Some(ExternType::Memory(_)) => Ok(()),
+            Some(_) => Err(LoadError::WrongType {
+                name: abi::MEMORY_EXPORT.into(),
+                found: "not a memory".into(),
+                want: "memory".into(),
+            }),
+            None => Err(LoadError::MissingExport(abi::MEMORY_EXPORT.into())),
+        }
+    }
+
+    fn arm(store: &mut Store<HostState>, limits: WasmLimits) {
+        match limits.interruption {
+            Interruption::Epoch(d) => {
+                let tick = EPOCH_TICK.as_nanos().max(1);
+                let ticks = d.as_nanos().div_ceil(tick) as u64 + 1;
+                store.set_epoch_deadline(ticks);
+            }
+            Interruption::Fuel(f) => {
+                // Only fails on an engine without fuel, which a fuel limit never gets.
+                let _ = store.set_fuel(f);
+            }
+        }
+    }
+
+    fn call0(
+        store: &mut Store<HostState>,
+        limits: WasmLimits,
+        f: &TypedFunc<(), i32>,
+        hook: &'static str,
+    ) -> Result<i32, LoadError> {
+        Self::arm(store, limits);
+        f.call(store, ()).map_err(|e| LoadError::Init { hook, fault: Fault::from_wasm(e) })
+    }
+
+    /// The policy's name, as the module reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The ABI version the module was built for, `(major, minor)`.
+    pub fn abi_version(&self) -> (u16, u16) {
+        self.abi_version
+    }
+
+    /// The module's log lines (most recent last, at most [`MAX_LOG_LINES`]).
+    pub fn log(&self) -> &[String] {
+        &self.store.data().log
+    }
+
+    /// Most tenants the module's buffers hold.
+    pub fn max_tenants(&self) -> usize {
+        self.max_tenants
+    }
+
+    /// The bounds the module runs under.
+    pub fn limits(&self) -> WasmLimits {
+        self.limits
+    }
+
+    fn write(&mut self, at: usize, f: impl FnOnce(&mut [u8]), len: usize) -> Result<(), Fault> {
+        let mem = self.memory.data_mut(&mut self.store);
+        let b = mem
+            .get_mut(at..at.saturating_add(len))
+            .ok_or_else(|| Fault::new(FaultKind::Marshal, format!("buffer at {at:#x} outside memory")))?;
+        f(b);
+        Ok(())
+    }
+
+    /// Calls `perf_on_tenant`.
+    pub fn on_tenant(&mut self, t: &TenantInfo) -> Result<(), Fault> {
+        Self::arm(&mut self.store, self.limits);
+        self.hooks
+            .on_tenant
+            .call(&mut self.store, (t.tenant as i32, t.qps as i32, t.weight as i32))
+            .map_err(Fault::from_wasm)
+    }
+
+    /// Calls `perf_on_request` with `req` and `plan` in the request slot.
+    /// The answer is decoded, not validated.
+    pub fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> Result<SplitPlan, Fault> {
+        let at = self.request_ptr;
+        self.write(
+            at,
+            |b| {
+                abi::encode_request(req, b);
+                abi::encode_plan(plan, &mut b[abi::REQUEST_PLAN_OFFSET..]);
+            },
+            abi::REQUEST_SLOT_SIZE,
+        )?;
+        Self::arm(&mut self.store, self.limits);
+        let v = self.hooks.on_request.call(&mut self.store, ()).map_err(Fault::from_wasm)?;
+        Ok(abi::unpack_split(v))
+    }
+
+    /// Calls `perf_on_tick` with `stats` and the current `plans` in the
+    /// buffers and reads the plans back (decoded, not validated).
+    pub fn on_tick(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) -> Result<(), Fault> {
+        let n = stats.len().min(plans.len());
+        if n > self.max_tenants {
+            return Err(Fault::new(
+                FaultKind::Marshal,
+                format!("{n} tenants, the module's buffers hold {}", self.max_tenants),
+            ));
+        }
+        self.store.data_mut().now_ns = now_ns;
+        let (sp, pp) = (self.stats_ptr, self.plans_ptr);
+        self.write(
+            sp,
+            |b| {
+                for (s, rec) in stats[..n].iter().zip(b.chunks_exact_mut(abi::STATS_SIZE)) {
+                    abi::encode_stats(s, rec);
+                }
+            },
+            n * abi::STATS_SIZE,
+        )?;
+        self.write(
+            pp,
+            |b| {
+                for (p, rec) in plans[..n].iter().zip(b.chunks_exact_mut(abi::PLAN_SIZE)) {
+                    abi::encode_plan(p, rec);
+                }
+            },
+            n * abi::PLAN_SIZE,
+        )?;
+        Self::arm(&mut self.store, self.limits);
+        let rc = self.hooks.on_tick.call(&mut self.store, (now_ns as i64, n as i32)).map_err(Fault::from_wasm)?;
+        if rc != 0 {
+            return Err(Fault::new(FaultKind::InvalidDecision, format!("perf_on_tick returned {rc}, not 0")));
+        }
+        let mem = self.memory.data(&self.store);
+        let b = mem
+            .get(pp..pp + n * abi::PLAN_SIZE)
+            .ok_or_else(|| Fault::new(FaultKind::Marshal, "plans buffer outside memory"))?;
+        for (i, (p, rec)) in plans[..n].iter_mut().zip(b.chunks_exact(abi::PLAN_SIZE)).enumerate() {
+            *p = abi::decode_plan(rec)
+                .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("plan of tenant {i}: {e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Calls `perf_tick_interval_ns`.
+    pub fn tick_interval_ns(&mut self) -> Result<u64, Fault> {
+        Self::arm(&mut self.store, self.limits);
+        let v = self.hooks.tick_interval_ns.call(&mut self.store, ()).map_err(Fault::from_wasm)?;
+        if v <= 0 {
+            return Err(Fault::new(FaultKind::InvalidDecision, format!("tick interval {v} ns")));
+        }
+        Ok(v as u64)
+    }
+}
+
+/// The repository's own policies, built to wasm by the dataplane's build
+/// script (`policies/*`) and embedded in the library.
+pub mod embedded {
+    static PERF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_perf.wasm"));
+    static PASSTHROUGH: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_passthrough.wasm"));
+
+    /// Names of the embedded modules.
+    pub const NAMES: &[&str] = &["perf", "passthrough"];
+
+    /// The embedded module called `name`; `None` if unknown or if the
+    /// build could not compile it (see the build script's warning).
+    pub fn by_name(name: &str) -> Option<&'static [u8]> {
+        let b = match name {
+            "perf" => PERF,
+            "passthrough" => PASSTHROUGH,
+            _ => return None,
+        };
+        (!b.is_empty()).then_some(b)
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send(p: WasmPolicy) -> impl Send {
+    p
+}

@@ -1,0 +1,333 @@
+//! The wasm policy host: the embedded `perf` and `passthrough` modules load
+//! and decide exactly as the native code does; malformed modules (built
+//! from WAT text) are refused with an error naming what is wrong; a module
+//! that loops, traps, grows memory without bound, or returns nonsense is
+//! stopped, and the host falls back to passthrough with a recorded reason.
+
+use std::time::{Duration, Instant};
+
+use perf_dataplane::policy::perf::Perf;
+use perf_dataplane::policy::wasm::{embedded, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy};
+use perf_dataplane::policy::PolicyHost;
+use perf_policy_sdk::{Policy, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats};
+
+fn perf_wasm() -> &'static [u8] {
+    embedded::by_name("perf").expect("the build script embeds policies/perf as wasm")
+}
+
+/// A deterministic pseudo-random tenant set for round `round`.
+fn stats(n: usize, round: u64) -> Vec<TenantStats> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ round.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|i| {
+            let max_msg = [16u64, 64, 512, 1024, 4096, 1 << 20][(next() % 6) as usize];
+            let depth = (next() % 200) as u32;
+            let qps = 1 + (next() % 8) as u32;
+            TenantStats {
+                tenant: i as u32,
+                qps,
+                backlogged_qps: (next() % (qps as u64 + 1)) as u32,
+                max_depth: depth,
+                ewma_msg_bytes: max_msg as f64 * 0.75,
+                max_msg_bytes: if next() % 5 == 0 { 0 } else { max_msg },
+                completed: next() % 3 * 10,
+                bytes: next() % 1_000_000,
+                mean_latency_ns: next() % 100_000,
+                weight: 1,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn embedded_modules_load_and_report_their_names() {
+    let p = WasmPolicy::from_bytes(perf_wasm(), WasmLimits::default()).expect("perf.wasm loads");
+    assert_eq!(p.name(), "perf");
+    assert_eq!(p.max_tenants(), perf_policy_sdk::abi::MAX_TENANTS);
+    let bytes = embedded::by_name("passthrough").expect("passthrough embedded");
+    let h = PolicyHost::from_wasm_bytes(bytes, WasmLimits::default()).expect("passthrough.wasm loads");
+    assert_eq!(h.name(), "passthrough");
+    assert!(h.is_wasm());
+    assert_eq!(h.tick_interval_ns(), 1_000_000);
+    let h = PolicyHost::load("wasm:perf").expect("load by name");
+    assert!(h.is_wasm() && h.name() == "perf");
+    assert!(!PolicyHost::load("perf").expect("built-in").is_wasm());
+    assert!(matches!(PolicyHost::load("no-such-policy"), Err(LoadError::UnknownPolicy(_))));
+}
+
+#[test]
+fn wasm_perf_decides_exactly_as_native_perf() {
+    let mut wasm = WasmPolicy::from_bytes(perf_wasm(), WasmLimits::default()).expect("perf.wasm loads");
+    let mut native = Perf::default();
+    for n in [1usize, 2, 7, 64] {
+        for t in 0..n {
+            let info = TenantInfo { tenant: t as u32, qps: 2, weight: 1 };
+            native.on_tenant(&info);
+            wasm.on_tenant(&info).expect("on_tenant");
+        }
+    }
+    let mut np = vec![TenantPlan::PASSTHROUGH; 64];
+    let mut wp = np.clone();
+    let mut distinct = std::collections::HashSet::new();
+    // Many rounds, so that the classes the policy remembers across ticks
+    // are exercised too; the tenant count varies round to round.
+    for round in 0..200u64 {
+        let n = [64usize, 3, 17, 64, 1][(round % 5) as usize];
+        let s = stats(n, round);
+        native.on_tick(round * 1_000_000, &s, &mut np[..n]);
+        wasm.on_tick(round * 1_000_000, &s, &mut wp[..n]).expect("on_tick");
+        assert_eq!(np, wp, "round {round}");
+        for p in &np[..n] {
+            distinct.insert((p.split.chunk_bytes, p.split.zero_weight_per_chunk, p.split_threshold, p.class as u32));
+        }
+        for (t, plan) in np[..n].iter().enumerate() {
+            for len in [16u64, 1024, 1 << 20] {
+                let req = RequestInfo { tenant: t as u32, qp: 0, len, op: RequestOp::Write, depth: 3 };
+                assert_eq!(native.on_request(&req, plan), wasm.on_request(&req, plan).expect("on_request"));
+            }
+        }
+    }
+    // The comparison covered more than one kind of decision.
+    assert!(distinct.len() >= 4, "{distinct:?}");
+    assert_eq!(wasm.tick_interval_ns().expect("interval"), native.tick_interval_ns());
+}
+
+/// A WAT module with every export of the ABI; the hooks' bodies and the
+/// version word can be replaced.
+struct Wat {
+    version: u32,
+    imports: &'static str,
+    on_tick: &'static str,
+    on_request: &'static str,
+    memory_pages: u32,
+    name_at: u32,
+    omit: Option<&'static str>,
+}
+
+impl Default for Wat {
+    fn default() -> Self {
+        Wat {
+            version: 1 << 16,
+            imports: "",
+            on_tick: "(i32.const 0)",
+            on_request: "(i64.const 0)",
+            memory_pages: 8,
+            name_at: 459000,
+            omit: None,
+        }
+    }
+}
+
+impl Wat {
+    fn bytes(&self) -> Vec<u8> {
+        let exports = [
+            ("perf_abi_version", format!("(result i32) (i32.const {})", self.version)),
+            ("perf_init", "(result i32) (i32.const 0)".into()),
+            ("perf_on_tenant", "(param i32 i32 i32)".into()),
+            ("perf_on_request", format!("(result i64) {}", self.on_request)),
+            ("perf_on_tick", format!("(param i64 i32) (result i32) {}", self.on_tick)),
+            ("perf_tick_interval_ns", "(result i64) (i64.const 1000000)".into()),
+            // Stats at 0, plans after 4096 x 64 B, the request slot after 4096 x 48 B more.
+            ("perf_stats_ptr", "(result i32) (i32.const 0)".into()),
+            ("perf_plans_ptr", "(result i32) (i32.const 262144)".into()),
+            ("perf_request_ptr", "(result i32) (i32.const 458752)".into()),
+            ("perf_max_tenants", "(result i32) (i32.const 4096)".into()),
+            ("perf_name_ptr", format!("(result i32) (i32.const {})", self.name_at)),
+            ("perf_name_len", "(result i32) (i32.const 3)".into()),
+        ];
+        let funcs: String = exports
+            .iter()
+            .filter(|(n, _)| Some(*n) != self.omit)
+            .map(|(n, body)| format!("(func (export \"{n}\") {body})\n"))
+            .collect();
+        let text = format!(
+            "(module {imports}\n(memory (export \"memory\") {pages})\n{funcs}(data (i32.const {name_at}) \"wat\"))",
+            imports = self.imports,
+            pages = self.memory_pages,
+            name_at = self.name_at
+        );
+        wat::parse_str(&text).expect("test WAT parses")
+    }
+
+    fn load(&self, limits: WasmLimits) -> Result<WasmPolicy, LoadError> {
+        WasmPolicy::from_bytes(&self.bytes(), limits)
+    }
+}
+
+#[test]
+fn a_well_formed_wat_module_loads() {
+    let p = Wat::default().load(WasmLimits::default()).expect("loads");
+    assert_eq!(p.name(), "wat");
+}
+
+#[test]
+fn load_errors_name_what_is_wrong() {
+    let l = WasmLimits::default();
+    assert!(matches!(WasmPolicy::from_bytes(b"definitely not wasm", l), Err(LoadError::NotWasm)));
+    assert!(matches!(WasmPolicy::from_bytes(b"\0asm\x01\0\0\0garbage", l), Err(LoadError::Compile(_))));
+
+    match (Wat { version: 2 << 16, ..Wat::default() }).load(l) {
+        Err(LoadError::AbiVersion { module, host }) => {
+            assert_eq!(module, (2, 0));
+            assert_eq!(host, perf_policy_sdk::ABI_VERSION);
+        }
+        other => panic!("wanted an ABI version error, got {:?}", other.err()),
+    }
+    // A newer minor than the host's is refused too.
+    let newer = (1 << 16) | (perf_policy_sdk::ABI_VERSION.1 as u32 + 1);
+    assert!(matches!((Wat { version: newer, ..Wat::default() }).load(l), Err(LoadError::AbiVersion { .. })));
+
+    match (Wat { omit: Some("perf_on_tick"), ..Wat::default() }).load(l) {
+        Err(LoadError::MissingExport(name)) => assert_eq!(name, "perf_on_tick"),
+        other => panic!("wanted a missing-export error, got {:?}", other.err()),
+    }
+    match (Wat { omit: Some("perf_abi_version"), ..Wat::default() }).load(l) {
+        Err(LoadError::MissingExport(name)) => assert_eq!(name, "perf_abi_version"),
+        other => panic!("wanted a missing-export error, got {:?}", other.err()),
+    }
+    let imports = "(import \"env\" \"sleep\" (func (param i32)))";
+    match (Wat { imports, ..Wat::default() }).load(l) {
+        Err(e @ LoadError::UnknownImport { .. }) => assert!(e.to_string().contains("env.sleep"), "{e}"),
+        other => panic!("wanted an unknown-import error, got {:?}", other.err()),
+    }
+    // A host import with the wrong signature.
+    let imports = "(import \"perf\" \"now_ns\" (func (result i32)))";
+    match (Wat { imports, ..Wat::default() }).load(l) {
+        Err(LoadError::WrongType { name, .. }) => assert_eq!(name, "perf.now_ns"),
+        other => panic!("wanted a wrong-type error, got {:?}", other.err()),
+    }
+    // The host's real imports are accepted.
+    let imports = "(import \"perf\" \"now_ns\" (func (result i64))) (import \"perf\" \"log\" (func (param i32 i32)))";
+    assert!((Wat { imports, ..Wat::default() }).load(l).is_ok());
+    // A memory too small for the ABI's buffers.
+    match (Wat { memory_pages: 1, name_at: 100, ..Wat::default() }).load(l) {
+        Err(LoadError::BadBuffer { what, detail }) => assert_eq!(what, "stats", "{detail}"),
+        other => panic!("wanted a bad-buffer error, got {:?}", other.err()),
+    }
+    // A memory larger than the cap from the start.
+    let small = WasmLimits { max_memory_bytes: 256 * 1024, ..l };
+    assert!(matches!(Wat::default().load(small), Err(LoadError::Instantiate(_))));
+}
+
+#[test]
+fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
+    let looping = Wat { on_tick: "(loop $l (br $l)) (i32.const 0)", ..Wat::default() };
+    for limits in [
+        WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(5)), ..WasmLimits::default() },
+        WasmLimits { interruption: Interruption::Fuel(10_000_000), ..WasmLimits::default() },
+    ] {
+        let mut host = PolicyHost::wasm(looping.load(limits).expect("loads"));
+        let s = stats(4, 0);
+        let mut plans = vec![TenantPlan { max_active_qps: 2, quantum_requests: 1, ..TenantPlan::PASSTHROUGH }; 4];
+        let t0 = Instant::now();
+        host.on_tick(42_000, &s, &mut plans);
+        let took = t0.elapsed();
+        // 5 ms deadline (+1 tick) or ~10M instructions; generous for a loaded machine.
+        assert!(took < Duration::from_secs(2), "{limits:?}: took {took:?}");
+        let exit = host.exit_info().expect("an exit reason is recorded");
+        assert_eq!(exit.kind, FaultKind::Timeout, "{exit:?}");
+        assert_eq!(exit.hook, "on_tick");
+        assert_eq!(exit.at_ns, 42_000);
+        assert_eq!(exit.policy, "wat");
+        assert_eq!((host.counters.traps, host.counters.fallbacks), (1, 1));
+        assert!(!host.is_wasm());
+        assert_eq!(host.name(), "passthrough");
+        assert!(plans.iter().all(|p| *p == TenantPlan::PASSTHROUGH));
+        // Traffic keeps flowing: the fallback answers.
+        let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 1 };
+        assert_eq!(host.on_request(&req, &plans[0]), SplitPlan::WHOLE);
+        host.on_tick(43_000, &s, &mut plans);
+        assert_eq!(host.counters.fallbacks, 1);
+    }
+}
+
+#[test]
+fn a_module_that_grows_memory_without_bound_hits_the_cap() {
+    let greedy =
+        Wat { on_tick: "(loop $l (drop (memory.grow (i32.const 16))) (br $l)) (i32.const 0)", ..Wat::default() };
+    let limits = WasmLimits { max_memory_bytes: 4 << 20, ..WasmLimits::default() };
+    let mut host = PolicyHost::wasm(greedy.load(limits).expect("loads"));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 2];
+    let t0 = Instant::now();
+    host.on_tick(7, &stats(2, 1), &mut plans);
+    let exit = host.exit_info().expect("an exit reason is recorded");
+    // Growing past the cap traps at once (not a timeout).
+    assert_eq!(exit.kind, FaultKind::Trap, "{exit:?}");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert_eq!(host.counters.traps, 1);
+}
+
+#[test]
+fn traps_and_nonsense_fall_back_with_a_reason() {
+    let trapping = Wat { on_request: "(unreachable)", ..Wat::default() };
+    let mut host = PolicyHost::wasm(trapping.load(WasmLimits::default()).expect("loads"));
+    let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 1 };
+    assert_eq!(host.on_request(&req, &TenantPlan::PASSTHROUGH), SplitPlan::WHOLE);
+    let exit = host.exit_info().expect("recorded");
+    assert_eq!((exit.kind, exit.hook), (FaultKind::Trap, "on_request"));
+    assert!(exit.message.contains("unreachable"), "{}", exit.message);
+
+    // A 1-byte chunk: rejected, and the module is dropped.
+    let tiny = Wat { on_request: "(i64.const 1)", ..Wat::default() };
+    let mut host = PolicyHost::wasm(tiny.load(WasmLimits::default()).expect("loads"));
+    assert_eq!(host.on_request(&req, &TenantPlan::PASSTHROUGH), SplitPlan::WHOLE);
+    let exit = host.exit_info().expect("recorded");
+    assert_eq!(exit.kind, FaultKind::InvalidDecision);
+    assert_eq!((host.counters.rejections, host.counters.fallbacks, host.counters.traps), (1, 1, 0));
+
+    // A class that does not exist, written into tenant 0's plan (offset 40).
+    let bad_class = Wat { on_tick: "(i32.store (i32.const 262184) (i32.const 99)) (i32.const 0)", ..Wat::default() };
+    let mut host = PolicyHost::wasm(bad_class.load(WasmLimits::default()).expect("loads"));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 3];
+    host.on_tick(5, &stats(3, 2), &mut plans);
+    let exit = host.exit_info().expect("recorded");
+    assert_eq!((exit.kind, exit.hook), (FaultKind::InvalidDecision, "on_tick"));
+    assert!(exit.message.contains("BadClass(99)"), "{}", exit.message);
+    assert!(plans.iter().all(|p| *p == TenantPlan::PASSTHROUGH));
+}
+
+/// Epoch vs fuel vs native: the cost of one `perf` round (64 tenants).
+/// Run with `--ignored --nocapture`; the figures are in docs/policy-abi.md.
+#[test]
+#[ignore]
+fn measure_round_cost() {
+    let s = stats(64, 3);
+    let rounds = 20_000u32;
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 64];
+    let mut native = Perf::default();
+    let t0 = Instant::now();
+    for r in 0..rounds {
+        native.on_tick(r as u64, &s, &mut plans);
+    }
+    let native_ns = t0.elapsed().as_nanos() as f64 / rounds as f64;
+    let mut out = vec![("native".to_string(), native_ns)];
+    for (label, i) in
+        [("epoch", Interruption::Epoch(Duration::from_millis(10))), ("fuel", Interruption::Fuel(u64::MAX / 2))]
+    {
+        let mut w = WasmPolicy::from_bytes(perf_wasm(), WasmLimits { interruption: i, ..WasmLimits::default() })
+            .expect("loads");
+        let t0 = Instant::now();
+        for r in 0..rounds {
+            w.on_tick(r as u64, &s, &mut plans).expect("tick");
+        }
+        out.push((format!("{label} on_tick"), t0.elapsed().as_nanos() as f64 / rounds as f64));
+        let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 1 };
+        let t0 = Instant::now();
+        for _ in 0..rounds {
+            w.on_request(&req, &plans[0]).expect("request");
+        }
+        out.push((format!("{label} on_request"), t0.elapsed().as_nanos() as f64 / rounds as f64));
+    }
+    let t0 = Instant::now();
+    let _ = WasmPolicy::from_bytes(perf_wasm(), WasmLimits::default()).expect("loads");
+    out.push(("load (compile + validate + init)".into(), t0.elapsed().as_nanos() as f64));
+    for (k, v) in out {
+        println!("{k}: {v:.0} ns");
+    }
+}

@@ -1,0 +1,293 @@
+//! The wasm ABI between the dataplane (host) and a policy module (guest),
+//! shared by both sides: export and import names, the fixed byte layout
+//! of the records that cross the sandbox, and their little-endian
+//! encoding. `docs/policy-abi.md` is the prose version of this module.
+//!
+//! Records cross through buffers in the guest's linear memory (like eBPF
+//! maps), located once by the host through the `perf_*_ptr` exports:
+//! - the **stats buffer**: [`MAX_TENANTS`] x [`TenantStats`] records of
+//!   [`STATS_SIZE`] bytes; the host writes the first `n` before
+//!   `perf_on_tick(now_ns, n)`;
+//! - the **plans buffer**: [`MAX_TENANTS`] x [`TenantPlan`] records of
+//!   [`PLAN_SIZE`] bytes; the host writes the current plans before
+//!   `perf_on_tick` and reads the first `n` back after it;
+//! - the **request slot**: one [`RequestInfo`] ([`REQUEST_SIZE`] bytes)
+//!   followed by the tenant's [`TenantPlan`] at [`REQUEST_PLAN_OFFSET`],
+//!   written before each `perf_on_request()`.
+//!
+//! The layouts are those of the `#[repr(C)]` types on wasm32 (checked at
+//! compile time below, on every target), so the guest reads them in place.
+
+use crate::{RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats};
+use core::mem::{align_of, offset_of, size_of};
+
+/// Most tenants one `perf_on_tick` call carries: the buffers hold this many
+/// records (64 B + 48 B each: 448 KiB of guest memory). A host with more
+/// tenants cannot run a wasm policy.
+pub const MAX_TENANTS: usize = 4096;
+
+/// Size in bytes of one [`TenantStats`] record.
+pub const STATS_SIZE: usize = 64;
+/// Size in bytes of one [`TenantPlan`] record.
+pub const PLAN_SIZE: usize = 48;
+/// Size in bytes of one [`RequestInfo`] record.
+pub const REQUEST_SIZE: usize = 24;
+/// Offset of the tenant plan inside the request slot.
+pub const REQUEST_PLAN_OFFSET: usize = 24;
+/// Size in bytes of the request slot.
+pub const REQUEST_SLOT_SIZE: usize = REQUEST_PLAN_OFFSET + PLAN_SIZE;
+/// Alignment the host requires of every buffer pointer.
+pub const BUFFER_ALIGN: usize = 8;
+/// Longest policy name the host accepts, in bytes (UTF-8).
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The module the host's imports live in.
+pub const IMPORT_MODULE: &str = "perf";
+/// Import `now_ns() -> i64`: the host's current time, in ns.
+pub const IMPORT_NOW_NS: &str = "now_ns";
+/// Import `log(ptr: i32, len: i32)`: a UTF-8 message for the host's log.
+pub const IMPORT_LOG: &str = "log";
+
+/// The exports every module must have, with their wasm signature written
+/// as `(params) -> results` over `i32`/`i64`.
+pub const REQUIRED_EXPORTS: &[(&str, &[ValType], &[ValType])] = &[
+    ("perf_abi_version", &[], &[ValType::I32]),
+    ("perf_init", &[], &[ValType::I32]),
+    ("perf_on_tenant", &[ValType::I32, ValType::I32, ValType::I32], &[]),
+    ("perf_on_request", &[], &[ValType::I64]),
+    ("perf_on_tick", &[ValType::I64, ValType::I32], &[ValType::I32]),
+    ("perf_tick_interval_ns", &[], &[ValType::I64]),
+    ("perf_stats_ptr", &[], &[ValType::I32]),
+    ("perf_plans_ptr", &[], &[ValType::I32]),
+    ("perf_request_ptr", &[], &[ValType::I32]),
+    ("perf_max_tenants", &[], &[ValType::I32]),
+    ("perf_name_ptr", &[], &[ValType::I32]),
+    ("perf_name_len", &[], &[ValType::I32]),
+];
+
+/// The linear memory every module must export.
+pub const MEMORY_EXPORT: &str = "memory";
+
+/// A wasm value type of the ABI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValType {
+    /// 32-bit integer.
+    I32,
+    /// 64-bit integer.
+    I64,
+}
+
+/// The ABI version as the `perf_abi_version` export returns it:
+/// `major << 16 | minor`.
+pub const fn version_word(major: u16, minor: u16) -> i32 {
+    ((major as u32) << 16 | minor as u32) as i32
+}
+
+/// Splits a `perf_abi_version` word into `(major, minor)`.
+pub const fn split_version_word(w: i32) -> (u16, u16) {
+    ((w as u32 >> 16) as u16, w as u32 as u16)
+}
+
+/// Whether a host speaking `host` runs a module built for `module`: same
+/// major, and the module's minor is not newer than the host's.
+pub const fn compatible(host: (u16, u16), module: (u16, u16)) -> bool {
+    host.0 == module.0 && module.1 <= host.1
+}
+
+/// `perf_on_request`'s result: `chunk_bytes | zero_weight_per_chunk << 32`.
+pub const fn pack_split(s: SplitPlan) -> i64 {
+    (s.chunk_bytes as u64 | (s.zero_weight_per_chunk as u64) << 32) as i64
+}
+
+/// The inverse of [`pack_split`].
+pub const fn unpack_split(v: i64) -> SplitPlan {
+    let v = v as u64;
+    SplitPlan { chunk_bytes: v as u32, zero_weight_per_chunk: (v >> 32) as u32 }
+}
+
+/// Why a record read back from a guest is not a valid value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The buffer is shorter than the record.
+    Short,
+    /// The `class` field holds no [`TenantClass`].
+    BadClass(u32),
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Writes `s` into the first [`STATS_SIZE`] bytes of `b` (panics if
+/// shorter).
+pub fn encode_stats(s: &TenantStats, b: &mut [u8]) {
+    let b = &mut b[..STATS_SIZE];
+    b.fill(0);
+    put_u32(b, offset_of!(TenantStats, tenant), s.tenant);
+    put_u32(b, offset_of!(TenantStats, qps), s.qps);
+    put_u32(b, offset_of!(TenantStats, backlogged_qps), s.backlogged_qps);
+    put_u32(b, offset_of!(TenantStats, max_depth), s.max_depth);
+    put_u64(b, offset_of!(TenantStats, ewma_msg_bytes), s.ewma_msg_bytes.to_bits());
+    put_u64(b, offset_of!(TenantStats, max_msg_bytes), s.max_msg_bytes);
+    put_u64(b, offset_of!(TenantStats, completed), s.completed);
+    put_u64(b, offset_of!(TenantStats, bytes), s.bytes);
+    put_u64(b, offset_of!(TenantStats, mean_latency_ns), s.mean_latency_ns);
+    put_u32(b, offset_of!(TenantStats, weight), s.weight);
+}
+
+/// Writes `p` into the first [`PLAN_SIZE`] bytes of `b` (panics if shorter).
+pub fn encode_plan(p: &TenantPlan, b: &mut [u8]) {
+    let b = &mut b[..PLAN_SIZE];
+    b.fill(0);
+    put_u32(b, offset_of!(TenantPlan, max_active_qps), p.max_active_qps);
+    put_u32(b, offset_of!(TenantPlan, quantum_requests), p.quantum_requests);
+    put_u64(b, offset_of!(TenantPlan, quantum_bytes), p.quantum_bytes);
+    put_u64(b, offset_of!(TenantPlan, quantum_ns), p.quantum_ns);
+    let split = offset_of!(TenantPlan, split);
+    put_u32(b, split + offset_of!(SplitPlan, chunk_bytes), p.split.chunk_bytes);
+    put_u32(b, split + offset_of!(SplitPlan, zero_weight_per_chunk), p.split.zero_weight_per_chunk);
+    put_u64(b, offset_of!(TenantPlan, split_threshold), p.split_threshold);
+    put_u32(b, offset_of!(TenantPlan, class), p.class as u32);
+}
+
+/// Reads a [`TenantPlan`] from the first [`PLAN_SIZE`] bytes of `b`.
+pub fn decode_plan(b: &[u8]) -> Result<TenantPlan, DecodeError> {
+    if b.len() < PLAN_SIZE {
+        return Err(DecodeError::Short);
+    }
+    let raw = get_u32(b, offset_of!(TenantPlan, class));
+    let class = TenantClass::from_u32(raw).ok_or(DecodeError::BadClass(raw))?;
+    let split = offset_of!(TenantPlan, split);
+    Ok(TenantPlan {
+        max_active_qps: get_u32(b, offset_of!(TenantPlan, max_active_qps)),
+        quantum_requests: get_u32(b, offset_of!(TenantPlan, quantum_requests)),
+        quantum_bytes: get_u64(b, offset_of!(TenantPlan, quantum_bytes)),
+        quantum_ns: get_u64(b, offset_of!(TenantPlan, quantum_ns)),
+        split: SplitPlan {
+            chunk_bytes: get_u32(b, split + offset_of!(SplitPlan, chunk_bytes)),
+            zero_weight_per_chunk: get_u32(b, split + offset_of!(SplitPlan, zero_weight_per_chunk)),
+        },
+        split_threshold: get_u64(b, offset_of!(TenantPlan, split_threshold)),
+        class,
+    })
+}
+
+/// Writes `r` into the first [`REQUEST_SIZE`] bytes of `b` (panics if
+/// shorter).
+pub fn encode_request(r: &RequestInfo, b: &mut [u8]) {
+    let b = &mut b[..REQUEST_SIZE];
+    b.fill(0);
+    put_u32(b, offset_of!(RequestInfo, tenant), r.tenant);
+    put_u32(b, offset_of!(RequestInfo, qp), r.qp);
+    put_u64(b, offset_of!(RequestInfo, len), r.len);
+    put_u32(b, offset_of!(RequestInfo, op), r.op as u32);
+    put_u32(b, offset_of!(RequestInfo, depth), r.depth);
+}
+
+/// The request slot as the guest sees it: the request, then the plan of
+/// its tenant.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestSlot {
+    /// The request.
+    pub req: RequestInfo,
+    /// Its tenant's current plan.
+    pub plan: TenantPlan,
+}
+
+impl RequestSlot {
+    /// An empty slot.
+    pub const EMPTY: RequestSlot = RequestSlot {
+        req: RequestInfo { tenant: 0, qp: 0, len: 0, op: RequestOp::Write, depth: 0 },
+        plan: TenantPlan::PASSTHROUGH,
+    };
+}
+
+// The layout is part of the ABI: fail the build if it ever changes.
+const _: () = {
+    assert!(size_of::<TenantStats>() == STATS_SIZE && align_of::<TenantStats>() == 8);
+    assert!(offset_of!(TenantStats, ewma_msg_bytes) == 16 && offset_of!(TenantStats, weight) == 56);
+    assert!(size_of::<TenantPlan>() == PLAN_SIZE && align_of::<TenantPlan>() == 8);
+    assert!(offset_of!(TenantPlan, split) == 24 && offset_of!(TenantPlan, class) == 40);
+    assert!(size_of::<RequestInfo>() == REQUEST_SIZE && offset_of!(RequestInfo, depth) == 20);
+    assert!(offset_of!(RequestSlot, plan) == REQUEST_PLAN_OFFSET);
+    assert!(size_of::<RequestSlot>() == REQUEST_SLOT_SIZE);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_their_encoding() {
+        let plan = TenantPlan {
+            max_active_qps: 2,
+            quantum_requests: 128,
+            quantum_bytes: 1_024_000,
+            quantum_ns: u64::MAX,
+            split: SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 16 },
+            split_threshold: 1024,
+            class: TenantClass::DelaySensitive,
+        };
+        let mut b = [0xAAu8; PLAN_SIZE];
+        encode_plan(&plan, &mut b);
+        assert_eq!(decode_plan(&b), Ok(plan));
+        assert_eq!(&b[44..48], &[0; 4], "padding is zeroed");
+        b[40] = 7;
+        assert_eq!(decode_plan(&b), Err(DecodeError::BadClass(7)));
+        assert_eq!(decode_plan(&b[..PLAN_SIZE - 1]), Err(DecodeError::Short));
+    }
+
+    #[test]
+    fn the_encoding_is_the_in_memory_layout() {
+        // The guest reads the host's bytes in place: they must be the
+        // `#[repr(C)]` value's bytes (this test runs on a little-endian host).
+        let s = TenantStats {
+            tenant: 3,
+            qps: 4,
+            max_depth: 9,
+            ewma_msg_bytes: 1.5,
+            bytes: 77,
+            weight: 2,
+            ..TenantStats::ZERO
+        };
+        let mut b = [0u8; STATS_SIZE];
+        encode_stats(&s, &mut b);
+        let mut back = TenantStats::ZERO;
+        // SAFETY: TenantStats is plain old data of STATS_SIZE bytes; every bit pattern is valid.
+        unsafe { core::ptr::copy_nonoverlapping(b.as_ptr(), &mut back as *mut TenantStats as *mut u8, STATS_SIZE) };
+        assert_eq!(back, s);
+        let r = RequestInfo { tenant: 1, qp: 2, len: 1 << 40, op: RequestOp::Read, depth: 5 };
+        let mut b = [0u8; REQUEST_SIZE];
+        encode_request(&r, &mut b);
+        assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 1 << 40);
+        assert_eq!(u32::from_le_bytes(b[16..20].try_into().unwrap()), RequestOp::Read as u32);
+    }
+
+    #[test]
+    fn versions_and_packing() {
+        let w = version_word(1, 3);
+        assert_eq!(split_version_word(w), (1, 3));
+        assert!(compatible((1, 3), (1, 0)));
+        assert!(compatible((1, 3), (1, 3)));
+        assert!(!compatible((1, 3), (1, 4)), "a newer minor may use what the host lacks");
+        assert!(!compatible((1, 3), (2, 0)));
+        assert!(!compatible((1, 3), (0, 3)));
+        let s = SplitPlan { chunk_bytes: u32::MAX, zero_weight_per_chunk: 17 };
+        assert_eq!(unpack_split(pack_split(s)), s);
+        assert_eq!(unpack_split(pack_split(SplitPlan::WHOLE)), SplitPlan::WHOLE);
+    }
+}

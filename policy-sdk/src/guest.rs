@@ -1,0 +1,128 @@
+//! The guest half of the wasm ABI (wasm32 only): the static policy
+//! instance and the per-round buffers, and the bodies of the exports that
+//! [`export_policy!`](crate::export_policy) generates. Not for direct use.
+//!
+//! wasm32-unknown-unknown without the `atomics` feature is single-threaded
+//! and the host never re-enters a module, so the cells below are only ever
+//! touched by one call at a time.
+
+use crate::abi::{self, RequestSlot, MAX_TENANTS};
+use crate::{Policy, TenantPlan, TenantStats, ABI_VERSION};
+use core::cell::UnsafeCell;
+
+/// The static policy instance.
+pub struct PolicyCell<T>(UnsafeCell<Option<T>>);
+
+// SAFETY: see the module comment (one thread, no re-entrance).
+unsafe impl<T> Sync for PolicyCell<T> {}
+
+impl<T: Policy> PolicyCell<T> {
+    /// An empty cell (before `perf_init`).
+    pub const fn new() -> Self {
+        PolicyCell(UnsafeCell::new(None))
+    }
+
+    /// Runs `f` on the policy, initialising it with `init` first if needed.
+    pub fn with<R>(&self, init: fn() -> T, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: see the module comment.
+        let slot = unsafe { &mut *self.0.get() };
+        f(slot.get_or_insert_with(init))
+    }
+
+    /// (Re)creates the policy.
+    pub fn init(&self, init: fn() -> T) {
+        // SAFETY: see the module comment.
+        unsafe { *self.0.get() = Some(init()) }
+    }
+}
+
+impl<T: Policy> Default for PolicyCell<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[repr(C, align(8))]
+struct Buffers {
+    stats: [TenantStats; MAX_TENANTS],
+    plans: [TenantPlan; MAX_TENANTS],
+    request: RequestSlot,
+}
+
+struct BufferCell(UnsafeCell<Buffers>);
+// SAFETY: see the module comment.
+unsafe impl Sync for BufferCell {}
+
+static BUFFERS: BufferCell = BufferCell(UnsafeCell::new(Buffers {
+    stats: [TenantStats::ZERO; MAX_TENANTS],
+    plans: [TenantPlan::PASSTHROUGH; MAX_TENANTS],
+    request: RequestSlot::EMPTY,
+}));
+
+fn buffers() -> &'static mut Buffers {
+    // SAFETY: see the module comment; no two of these are live at once.
+    unsafe { &mut *BUFFERS.0.get() }
+}
+
+/// `perf_abi_version`.
+pub fn abi_version() -> i32 {
+    abi::version_word(ABI_VERSION.0, ABI_VERSION.1)
+}
+
+/// `perf_stats_ptr`.
+pub fn stats_ptr() -> i32 {
+    buffers().stats.as_ptr() as i32
+}
+
+/// `perf_plans_ptr`.
+pub fn plans_ptr() -> i32 {
+    buffers().plans.as_ptr() as i32
+}
+
+/// `perf_request_ptr`.
+pub fn request_ptr() -> i32 {
+    &buffers().request as *const RequestSlot as i32
+}
+
+/// `perf_max_tenants`.
+pub fn max_tenants() -> i32 {
+    MAX_TENANTS as i32
+}
+
+/// `perf_name_ptr`.
+pub fn name_ptr<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i32 {
+    cell.with(init, |p| p.name().as_ptr() as i32)
+}
+
+/// `perf_name_len`.
+pub fn name_len<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i32 {
+    cell.with(init, |p| p.name().len() as i32)
+}
+
+/// `perf_on_tenant`.
+pub fn on_tenant<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, tenant: i32, qps: i32, weight: i32) {
+    let t = crate::TenantInfo { tenant: tenant as u32, qps: qps as u32, weight: weight as u32 };
+    cell.with(init, |p| p.on_tenant(&t))
+}
+
+/// `perf_on_request`.
+pub fn on_request<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i64 {
+    let slot = buffers().request;
+    abi::pack_split(cell.with(init, |p| p.on_request(&slot.req, &slot.plan)))
+}
+
+/// `perf_on_tick`: 0, or -1 if `n` is out of range.
+pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n: i32) -> i32 {
+    if n < 0 || n as usize > MAX_TENANTS {
+        return -1;
+    }
+    let b = buffers();
+    let n = n as usize;
+    cell.with(init, |p| p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]));
+    0
+}
+
+/// `perf_tick_interval_ns`.
+pub fn tick_interval_ns<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i64 {
+    cell.with(init, |p| p.tick_interval_ns() as i64)
+}
