@@ -14,39 +14,22 @@ use perf_dataplane::rnic::sim::RnicProfile;
 /// Measurement durations for the tests (virtual time).
 const DURATIONS: Durations = Durations { warmup_ns: 2_000_000, window_ns: 10_000_000 };
 
-/// The table as `perf-runner calibrate` prints it, for failure messages.
-fn table(cal: &Calibration) -> String {
-    let mut s = format!("RNIC profile: {}\n", cal.profile);
-    for c in &cal.cases {
-        s += &format!(
-            "{:<28} {:>10.3} {:<8} {:>7.2} - {:<7.2}  {}\n",
-            c.name,
-            c.value,
-            c.unit,
-            c.low,
-            c.high,
-            if c.pass { "pass" } else { "FAIL" }
-        );
-    }
-    s
-}
-
 /// Asserts that case `name` exists, has `unit`, and lies in `[low, high]`.
 fn check(cal: &Calibration, name: &str, unit: &str, low: f64, high: f64) {
     let c = cal
         .cases
         .iter()
         .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("calibration case {name} missing\n{}", table(cal)));
-    assert_eq!(c.unit, unit, "unit of {name}\n{}", table(cal));
-    assert!(c.value.is_finite(), "{name} is not a number\n{}", table(cal));
+        .unwrap_or_else(|| panic!("calibration case {name} missing\n{}", cal.table()));
+    assert_eq!(c.unit, unit, "unit of {name}\n{}", cal.table());
+    assert!(c.value.is_finite(), "{name} is not a number\n{}", cal.table());
     assert!(
         c.value >= low && c.value <= high,
         "{name} = {:.3} {unit} is outside {low} - {high}\n{}",
         c.value,
-        table(cal)
+        cal.table()
     );
-    assert!(c.pass, "{name} is reported as failing\n{}", table(cal));
+    assert!(c.pass, "{name} is reported as failing\n{}", cal.table());
 }
 
 #[test]
@@ -67,7 +50,7 @@ fn calibration_cases_within_the_issue_bounds() {
             "bw_under_sp"
         ],
         "\n{}",
-        table(&cal)
+        cal.table()
     );
     // 1. 1 MB WRITEs, 1 QP, 128 outstanding.
     check(&cal, "write_bw_1mb", "Gb/s", 95.0, 98.0);

@@ -26,19 +26,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .with_context(|| format!("unknown RNIC profile {:?} (known: {})", a.profile, RnicProfile::NAMES.join(", ")))?;
     let d = Durations { window_ns: a.window_ms * 1_000_000, ..Durations::default() };
     let cal = calibrate::run(&profile, d).context("calibration run failed")?;
-    println!("RNIC profile: {}", cal.profile);
-    println!("{:<28} {:>10} {:<8} {:>16}  result", "case", "value", "unit", "accepted");
-    for c in &cal.cases {
-        println!(
-            "{:<28} {:>10.3} {:<8} {:>7.2} - {:<7.2}  {}",
-            c.name,
-            c.value,
-            c.unit,
-            c.low,
-            c.high,
-            if c.pass { "pass" } else { "FAIL" }
-        );
-    }
+    print!("{}", cal.table());
     if let Some(path) = a.json {
         let text = serde_json::to_string_pretty(&cal)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

@@ -30,7 +30,7 @@ use crate::policy::PolicyHost;
 use crate::rnic::*;
 use control_qp::ControlQp;
 pub use pinned::PinReport;
-use qp::{Cursor, DpQp, Held, Meta};
+use qp::{Cursor, DpQp, Meta};
 use split::{emit_chunk, WqeSpec};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
@@ -398,7 +398,7 @@ impl<R: Rnic> Dataplane<R> {
                 tick.ewma = if tick.ewma == 0.0 { wr.len as f64 } else { 0.5 * tick.ewma + 0.5 * wr.len as f64 };
                 tick.max_msg = tick.max_msg.max(wr.len as u64);
                 let q = &mut self.qps[qi];
-                q.held.push_back(Held { wr });
+                q.held.push_back(wr);
                 let depth = q.depth();
                 let tick = &mut self.tenants[t].tick;
                 tick.max_depth = tick.max_depth.max(depth);
@@ -629,12 +629,12 @@ impl<R: Rnic> Dataplane<R> {
                 if capped && quantum_hit(q, &plan) {
                     break;
                 }
-                let Some(h) = q.held.pop_front() else { break };
-                let req = request_info(t as u32, &h.wr, q.depth() + 1);
+                let Some(wr) = q.held.pop_front() else { break };
+                let req = request_info(t as u32, &wr, q.depth() + 1);
                 // The split plan is decided when the message starts, so it
                 // reflects the policy's current view.
                 let split = self.policy.on_request(&req, &self.plans[t]);
-                self.qps[qi].cursor = Some(Cursor { wr: h.wr, plan: split, offset: 0 });
+                self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
             }
             let q = &mut self.qps[qi];
             let Some(cur) = q.cursor.as_mut() else { break };
@@ -781,8 +781,8 @@ impl<R: Rnic> Dataplane<R> {
         if let Some(c) = q.cursor.take() {
             q.dead.push_back(failed_completion(&c.wr, cursor_status, now));
         }
-        while let Some(h) = q.held.pop_front() {
-            q.dead.push_back(failed_completion(&h.wr, WcStatus::WrFlushErr, now));
+        while let Some(wr) = q.held.pop_front() {
+            q.dead.push_back(failed_completion(&wr, WcStatus::WrFlushErr, now));
         }
         self.flush_dead(qi);
     }

@@ -10,11 +10,6 @@ use perf_policy_sdk::SplitPlan;
 use super::tenant::{Completion, WorkRequest};
 use crate::rnic::{QpHandle, WcStatus};
 
-/// A request waiting for its QP to be allowed.
-pub(crate) struct Held {
-    pub wr: WorkRequest,
-}
-
 /// The message being posted: the next byte to dispatch.
 pub(crate) struct Cursor {
     pub wr: WorkRequest,
@@ -39,7 +34,8 @@ pub(crate) struct DpQp {
     pub tenant: u32,
     pub index: u32,
     pub nic_qp: QpHandle,
-    pub held: VecDeque<Held>,
+    /// Requests waiting for the QP to be allowed, in post order.
+    pub held: VecDeque<WorkRequest>,
     pub cursor: Option<Cursor>,
     /// Posted WQEs not yet retired: (sequence number, meaning).
     pub posted: VecDeque<(u64, Meta)>,

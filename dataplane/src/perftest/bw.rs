@@ -132,7 +132,7 @@ impl<R: Rnic> BwClient<R> {
                         wr_id: ((qi as u64) << 48) | seq,
                         opcode,
                         payload,
-                        signaled: (seq + 1) % cfg.cq_mod as u64 == 0,
+                        signaled: (seq + 1).is_multiple_of(cfg.cq_mod as u64),
                     }
                 })
                 .collect();

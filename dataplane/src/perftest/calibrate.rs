@@ -40,6 +40,27 @@ pub struct Calibration {
     pub cases: Vec<Case>,
 }
 
+impl Calibration {
+    /// The table `perf-runner calibrate` prints: one line per case with
+    /// its value, unit, accepted range and verdict.
+    pub fn table(&self) -> String {
+        let mut s = format!("RNIC profile: {}\n", self.profile);
+        s += &format!("{:<28} {:>10} {:<8} {:>16}  result\n", "case", "value", "unit", "accepted");
+        for c in &self.cases {
+            s += &format!(
+                "{:<28} {:>10.3} {:<8} {:>7.2} - {:<7.2}  {}\n",
+                c.name,
+                c.value,
+                c.unit,
+                c.low,
+                c.high,
+                if c.pass { "pass" } else { "FAIL" }
+            );
+        }
+        s
+    }
+}
+
 /// Durations of the measurement runs, in ns of virtual time.
 #[derive(Debug, Clone, Copy)]
 pub struct Durations {

@@ -939,15 +939,7 @@ impl<W> HostGate<W> {
         match q.state {
             QpState::Reset => return Err(RnicError::InvalidState { op: "post_recv", state: q.state }),
             QpState::Err => {
-                let wc = Wc {
-                    wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: q.cfg.qp_num,
-                    timestamp_ns: now,
-                };
+                let wc = Wc::flushed(wr_id, WcOpcode::Recv, q.cfg.qp_num, now);
                 let cq = q.cfg.recv_cq;
                 self.push_cqe(cq, wc);
                 return Ok(None);

@@ -13,7 +13,8 @@ use std::net::Ipv6Addr;
 
 use smallvec::SmallVec;
 
-use super::{CqHandle, Gid, Payload, QpCaps, QpHandle, QpState, RnicError, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+use super::host_gate::GateOp;
+use super::{Gid, Payload, QpCaps, QpState, RnicError, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 
 /// `enum ibv_wr_opcode` values (the ones RC data WQEs use).
 pub mod wr_opcode {
@@ -253,28 +254,10 @@ impl IbvSendWr {
     }
 }
 
-/// What a trait work request becomes on upstream libibverbs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Translated {
-    /// A data WQE the device executes.
-    Hw(IbvSendWr),
-    /// A cross-channel WAIT, executed by the host gate.
-    Wait {
-        /// Watched CQ.
-        cq: CqHandle,
-        /// Absolute completion count.
-        count: u64,
-    },
-    /// A cross-channel SEND_ENABLE, executed by the host gate.
-    SendEnable {
-        /// The managed QP.
-        qp: QpHandle,
-        /// WQEs to release.
-        count: u32,
-    },
-    /// A NOP, completed by the host gate (upstream verbs has no RC NOP).
-    Nop,
-}
+/// What a trait work request becomes on upstream libibverbs: a data WQE
+/// for the device, or a control operation the host gate executes (upstream
+/// verbs has no WAIT, SEND_ENABLE or RC NOP).
+pub type Translated = GateOp<IbvSendWr>;
 
 /// Largest message size of an RC work request (2^31 bytes).
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 31;
@@ -409,18 +392,6 @@ pub fn wc_opcode_from_raw(raw: u32) -> Option<WcOpcode> {
         wc_opcode::RECV => Some(WcOpcode::Recv),
         wc_opcode::RECV_RDMA_WITH_IMM => Some(WcOpcode::RecvRdmaWithImm),
         _ => None,
-    }
-}
-
-/// The trait's completion opcode for a send work request.
-pub fn send_wc_opcode(op: &WrOpcode) -> WcOpcode {
-    match op {
-        WrOpcode::Write { .. } | WrOpcode::WriteImm { .. } => WcOpcode::Write,
-        WrOpcode::Send | WrOpcode::SendImm { .. } => WcOpcode::Send,
-        WrOpcode::Read { .. } => WcOpcode::Read,
-        WrOpcode::Wait { .. } => WcOpcode::Wait,
-        WrOpcode::SendEnable { .. } => WcOpcode::SendEnable,
-        WrOpcode::Nop => WcOpcode::Nop,
     }
 }
 
@@ -676,7 +647,7 @@ pub fn select_gid(entries: &[GidEntry], ethernet: bool) -> Option<&GidEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rnic::{AccessFlags, RemoteAddr};
+    use crate::rnic::{AccessFlags, CqHandle, QpHandle, RemoteAddr};
 
     fn wr(opcode: WrOpcode, payload: Payload<'_>) -> SendWr<'_> {
         SendWr { wr_id: 7, opcode, payload, signaled: true }
@@ -815,11 +786,8 @@ mod tests {
         assert_eq!(wc_opcode_from_raw(wc_opcode::RECV), Some(WcOpcode::Recv));
         assert_eq!(wc_opcode_from_raw(wc_opcode::RECV_RDMA_WITH_IMM), Some(WcOpcode::RecvRdmaWithImm));
         assert_eq!(wc_opcode_from_raw(3), None, "atomics are never posted");
-        assert_eq!(
-            send_wc_opcode(&WrOpcode::WriteImm { remote: RemoteAddr { addr: 0, rkey: 0 }, imm: 1 }),
-            WcOpcode::Write
-        );
-        assert_eq!(send_wc_opcode(&WrOpcode::SendEnable { qp: QpHandle(0), count: 1 }), WcOpcode::SendEnable);
+        assert_eq!(WrOpcode::WriteImm { remote: RemoteAddr { addr: 0, rkey: 0 }, imm: 1 }.wc_opcode(), WcOpcode::Write);
+        assert_eq!(WrOpcode::SendEnable { qp: QpHandle(0), count: 1 }.wc_opcode(), WcOpcode::SendEnable);
     }
 
     #[test]

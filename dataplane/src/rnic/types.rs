@@ -270,6 +270,18 @@ pub enum WrOpcode {
 }
 
 impl WrOpcode {
+    /// The opcode of the completion this WQE produces at the requester.
+    pub fn wc_opcode(&self) -> WcOpcode {
+        match self {
+            WrOpcode::Write { .. } | WrOpcode::WriteImm { .. } => WcOpcode::Write,
+            WrOpcode::Send | WrOpcode::SendImm { .. } => WcOpcode::Send,
+            WrOpcode::Read { .. } => WcOpcode::Read,
+            WrOpcode::Wait { .. } => WcOpcode::Wait,
+            WrOpcode::SendEnable { .. } => WcOpcode::SendEnable,
+            WrOpcode::Nop => WcOpcode::Nop,
+        }
+    }
+
     /// Whether the WQE carries payload on the wire.
     pub fn moves_data(&self) -> bool {
         matches!(
@@ -374,6 +386,11 @@ pub struct Wc {
 }
 
 impl Wc {
+    /// The flush-error completion of a work request on a QP in ERR.
+    pub fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: u32, timestamp_ns: u64) -> Wc {
+        Wc { wr_id, status: WcStatus::WrFlushErr, opcode, byte_len: 0, imm: None, qp_num, timestamp_ns }
+    }
+
     /// An all-zero completion, for preallocating poll buffers.
     pub const EMPTY: Wc = Wc {
         wr_id: 0,

@@ -108,7 +108,7 @@ impl MemStore {
         if mr.pd != pd {
             return Err(KeyFault::WrongPd);
         }
-        if addr < mr.addr || addr.checked_add(len).map_or(true, |end| end > mr.addr + mr.len() as u64) {
+        if addr < mr.addr || addr.checked_add(len).is_none_or(|end| end > mr.addr + mr.len() as u64) {
             return Err(KeyFault::OutOfBounds);
         }
         if !mr.access.contains(need) {

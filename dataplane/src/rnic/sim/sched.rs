@@ -108,7 +108,7 @@ impl World {
     /// Re-evaluates a QP that is not in a ring: puts it in one, arms a
     /// ready event, or registers it as a CQ waiter.
     pub(crate) fn requeue(&mut self, h: usize, qi: u32) {
-        if self.qp(h, qi).map_or(true, |q| q.in_ring) {
+        if self.qp(h, qi).is_none_or(|q| q.in_ring) {
             return;
         }
         match self.head(h, qi) {
@@ -128,7 +128,7 @@ impl World {
             Head::ReadyAt(t) => {
                 let now = self.now;
                 let Some(q) = self.qp_mut(h, qi) else { return };
-                if q.ready_event_at.map_or(true, |p| p > t || p < now) {
+                if q.ready_event_at.is_none_or(|p| p > t || p < now) {
                     q.ready_event_at = Some(t);
                     self.schedule(t, Event::QpReady { host: h, qp: qi });
                 }
@@ -203,14 +203,14 @@ impl World {
             let tc = 7 - classes.leading_zeros() as usize;
             classes &= !(1 << tc);
             if let Some(&(stamp, _)) = s.ctrl[tc].front() {
-                if best.map_or(true, |b| stamp < b.0) {
+                if best.is_none_or(|b| stamp < b.0) {
                     best = Some((stamp, tc, true));
                 }
             }
             if let Some(&(stamp, _)) = s.data[tc].front() {
                 let backlog = host.port.backlog_ps(queue_of(&host.tc_sched, tc as u8), self.now);
                 if backlog <= lookahead {
-                    if best.map_or(true, |b| stamp < b.0) {
+                    if best.is_none_or(|b| stamp < b.0) {
                         best = Some((stamp, tc, false));
                     }
                 } else {

@@ -279,7 +279,7 @@ impl World {
             let wc = Wc {
                 wr_id: e.wr_id,
                 status,
-                opcode: wc_opcode(&e.op),
+                opcode: e.op.wc_opcode(),
                 byte_len: e.len as u32,
                 imm: None,
                 qp_num: q.qp_num,
@@ -354,15 +354,7 @@ impl World {
         let mut flushed: Vec<Wc> = Vec::new();
         for i in q.complete_next..q.sq_end() {
             if let Some(e) = q.entry(i) {
-                flushed.push(Wc {
-                    wr_id: e.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: wc_opcode(&e.op),
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: qpn,
-                    timestamp_ns: now_ns,
-                });
+                flushed.push(Wc::flushed(e.wr_id, e.op.wc_opcode(), qpn, now_ns));
             }
         }
         let end = q.sq_end();
@@ -377,28 +369,7 @@ impl World {
             self.push_cqe(h, scq, wc);
         }
         for wr_id in recvs {
-            let wc = Wc {
-                wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                qp_num: qpn,
-                timestamp_ns: now_ns,
-            };
-            self.push_cqe(h, rcq, wc);
+            self.push_cqe(h, rcq, Wc::flushed(wr_id, WcOpcode::Recv, qpn, now_ns));
         }
-    }
-}
-
-/// The completion opcode of a send WQE.
-pub(crate) fn wc_opcode(op: &WrOpcode) -> WcOpcode {
-    match op {
-        WrOpcode::Write { .. } | WrOpcode::WriteImm { .. } => WcOpcode::Write,
-        WrOpcode::Send | WrOpcode::SendImm { .. } => WcOpcode::Send,
-        WrOpcode::Read { .. } => WcOpcode::Read,
-        WrOpcode::Wait { .. } => WcOpcode::Wait,
-        WrOpcode::SendEnable { .. } => WcOpcode::SendEnable,
-        WrOpcode::Nop => WcOpcode::Nop,
     }
 }

@@ -6,7 +6,6 @@ use smallvec::SmallVec;
 
 use super::cq::CqState;
 use super::qp::{PeerRef, RecvEntry, SimQp, SqEntry, WqeStage};
-use super::transport::wc_opcode;
 use super::world::{World, QPN_BASE};
 use crate::rnic::*;
 
@@ -243,15 +242,7 @@ impl World {
                 break;
             }
             if q.state == QpState::Err {
-                let wc = Wc {
-                    wr_id: wr.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: wc_opcode(&wr.opcode),
-                    byte_len: 0,
-                    imm: None,
-                    qp_num: q.qp_num,
-                    timestamp_ns: now / 1000,
-                };
+                let wc = Wc::flushed(wr.wr_id, wr.opcode.wc_opcode(), q.qp_num, now / 1000);
                 let cq = q.send_cq;
                 self.push_cqe(h, cq, wc);
                 continue;
@@ -290,15 +281,7 @@ impl World {
             match q.state {
                 QpState::Reset => return Err(at(i, RnicError::InvalidState { op: "post_recv", state: q.state })),
                 QpState::Err => {
-                    let wc = Wc {
-                        wr_id: wr.wr_id,
-                        status: WcStatus::WrFlushErr,
-                        opcode: WcOpcode::Recv,
-                        byte_len: 0,
-                        imm: None,
-                        qp_num: q.qp_num,
-                        timestamp_ns: now_ns,
-                    };
+                    let wc = Wc::flushed(wr.wr_id, WcOpcode::Recv, q.qp_num, now_ns);
                     let cq = q.recv_cq;
                     self.push_cqe(h, cq, wc);
                     continue;

@@ -32,8 +32,8 @@ mod sys;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::host_gate::{GateAction, GateCounters, GateOp, GateQpConfig, GateWr, HostGate, HwWork, HwWrId, MAX_QPS};
-use super::ibv_abi::{self, link_layer, transport, GidEntry, GidKind, IbvSendWr, Translated};
+use super::host_gate::{GateAction, GateCounters, GateQpConfig, GateWr, HostGate, HwWork, HwWrId, MAX_QPS};
+use super::ibv_abi::{self, link_layer, transport, GidEntry, GidKind, IbvSendWr};
 use super::oob::ConnInfo;
 use super::probe::{VerbsDeviceReport, VerbsPortReport};
 use super::sysfs;
@@ -797,17 +797,11 @@ impl Rnic for VerbsRnic {
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let op = ibv_abi::validate_send(wr, &caps).and_then(|()| ibv_abi::translate_send(wr));
-            let submitted = op.and_then(|t| {
-                let op = match t {
-                    Translated::Hw(w) => GateOp::Hw(w),
-                    Translated::Wait { cq, count } => GateOp::Wait { cq, count },
-                    Translated::SendEnable { qp, count } => GateOp::SendEnable { qp, count },
-                    Translated::Nop => GateOp::Nop,
-                };
+            let submitted = op.and_then(|op| {
                 let gw = GateWr {
                     wr_id: wr.wr_id,
                     signaled: wr.signaled,
-                    opcode: ibv_abi::send_wc_opcode(&wr.opcode),
+                    opcode: wr.opcode.wc_opcode(),
                     byte_len: wr.len() as u32,
                     op,
                 };
