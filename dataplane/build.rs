@@ -10,8 +10,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const POLICIES: &[(&str, &str)] =
-    &[("perf-policy-perf", "perf_policy_perf"), ("perf-policy-passthrough", "perf_policy_passthrough")];
+const POLICIES: &[(&str, &str)] = &[
+    ("perf-policy-perf", "perf_policy_perf"),
+    ("perf-policy-passthrough", "perf_policy_passthrough"),
+    ("perf-policy-justitia", "perf_policy_justitia"),
+    ("perf-policy-weighted", "perf_policy_weighted"),
+    ("perf-policy-slo", "perf_policy_slo"),
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));

@@ -13,12 +13,16 @@
 //!   `perf_on_tick` and reads the first `n` back after it;
 //! - the **request slot**: one [`RequestInfo`] ([`REQUEST_SIZE`] bytes)
 //!   followed by the tenant's [`TenantPlan`] at [`REQUEST_PLAN_OFFSET`],
-//!   written before each `perf_on_request()`.
+//!   written before each `perf_on_request()`;
+//! - the **pacing buffer** (ABI 1.1, optional export [`PACING_EXPORT`]):
+//!   [`MAX_TENANTS`] x [`Pacing`] records of [`PACING_SIZE`] bytes, owned
+//!   by the guest (`perf_on_tick` updates them after the plans); the host
+//!   reads the first `n` back after each `perf_on_tick`.
 //!
 //! The layouts are those of the `#[repr(C)]` types on wasm32 (checked at
 //! compile time below, on every target), so the guest reads them in place.
 
-use crate::{RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats};
+use crate::{Pacing, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats};
 use core::mem::{align_of, offset_of, size_of};
 
 /// Most tenants one `perf_on_tick` call carries: the buffers hold this many
@@ -30,6 +34,13 @@ pub const MAX_TENANTS: usize = 4096;
 pub const STATS_SIZE: usize = 64;
 /// Size in bytes of one [`TenantPlan`] record.
 pub const PLAN_SIZE: usize = 48;
+/// Size in bytes of one [`Pacing`] record.
+pub const PACING_SIZE: usize = 24;
+/// The optional export (ABI 1.1) `perf_pacing_ptr() -> i32`: the address of
+/// the pacing buffer. A module without it is never paced.
+pub const PACING_EXPORT: &str = "perf_pacing_ptr";
+/// The ABI minor version that introduced [`PACING_EXPORT`].
+pub const PACING_MINOR: u16 = 1;
 /// Size in bytes of one [`RequestInfo`] record.
 pub const REQUEST_SIZE: usize = 24;
 /// Offset of the tenant plan inside the request slot.
@@ -112,6 +123,29 @@ pub enum DecodeError {
     Short,
     /// The `class` field holds no [`TenantClass`].
     BadClass(u32),
+}
+
+/// Reads a [`Pacing`] record from the first [`PACING_SIZE`] bytes of `b`
+/// (decoded, not validated: see [`Pacing::validate`]).
+pub fn decode_pacing(b: &[u8]) -> Result<Pacing, DecodeError> {
+    if b.len() < PACING_SIZE {
+        return Err(DecodeError::Short);
+    }
+    Ok(Pacing {
+        rate_bytes_per_s: get_u64(b, offset_of!(Pacing, rate_bytes_per_s)),
+        burst_bytes: get_u64(b, offset_of!(Pacing, burst_bytes)),
+        paused: get_u32(b, offset_of!(Pacing, paused)),
+    })
+}
+
+/// Writes `p` into the first [`PACING_SIZE`] bytes of `b` (panics if
+/// shorter).
+pub fn encode_pacing(p: &Pacing, b: &mut [u8]) {
+    let b = &mut b[..PACING_SIZE];
+    b.fill(0);
+    put_u64(b, offset_of!(Pacing, rate_bytes_per_s), p.rate_bytes_per_s);
+    put_u64(b, offset_of!(Pacing, burst_bytes), p.burst_bytes);
+    put_u32(b, offset_of!(Pacing, paused), p.paused);
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
@@ -225,6 +259,8 @@ const _: () = {
     assert!(size_of::<RequestInfo>() == REQUEST_SIZE && offset_of!(RequestInfo, depth) == 20);
     assert!(offset_of!(RequestSlot, plan) == REQUEST_PLAN_OFFSET);
     assert!(size_of::<RequestSlot>() == REQUEST_SLOT_SIZE);
+    assert!(size_of::<Pacing>() == PACING_SIZE && align_of::<Pacing>() == 8);
+    assert!(offset_of!(Pacing, burst_bytes) == 8 && offset_of!(Pacing, paused) == 16);
 };
 
 #[cfg(test)]
@@ -275,6 +311,21 @@ mod tests {
         encode_request(&r, &mut b);
         assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 1 << 40);
         assert_eq!(u32::from_le_bytes(b[16..20].try_into().unwrap()), RequestOp::Read as u32);
+    }
+
+    #[test]
+    fn pacing_round_trips_and_validates() {
+        let p = Pacing { rate_bytes_per_s: 12_500_000_000, burst_bytes: 4 << 20, paused: 1 };
+        let mut b = [0xAAu8; PACING_SIZE];
+        encode_pacing(&p, &mut b);
+        assert_eq!(decode_pacing(&b), Ok(p));
+        assert_eq!(&b[20..24], &[0; 4], "padding is zeroed");
+        assert_eq!(decode_pacing(&b[..PACING_SIZE - 1]), Err(DecodeError::Short));
+        assert_eq!(p.validate(), Ok(()));
+        assert_eq!(Pacing::UNLIMITED.validate(), Ok(()));
+        assert_eq!(Pacing { paused: 2, ..p }.validate(), Err(crate::Rejection::BadPacing));
+        assert_eq!(Pacing::rate(1000, 0).validate(), Err(crate::Rejection::BadPacing), "a bucket needs a burst");
+        assert_eq!(Pacing::rate(crate::limits::MAX_RATE + 1, 4096).validate(), Err(crate::Rejection::BadPacing));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! touched by one call at a time.
 
 use crate::abi::{self, RequestSlot, MAX_TENANTS};
-use crate::{Policy, TenantPlan, TenantStats, ABI_VERSION};
+use crate::{Pacing, Policy, TenantPlan, TenantStats, ABI_VERSION};
 use core::cell::UnsafeCell;
 
 /// The static policy instance.
@@ -46,6 +46,7 @@ impl<T: Policy> Default for PolicyCell<T> {
 struct Buffers {
     stats: [TenantStats; MAX_TENANTS],
     plans: [TenantPlan; MAX_TENANTS],
+    pacing: [Pacing; MAX_TENANTS],
     request: RequestSlot,
 }
 
@@ -56,6 +57,7 @@ unsafe impl Sync for BufferCell {}
 static BUFFERS: BufferCell = BufferCell(UnsafeCell::new(Buffers {
     stats: [TenantStats::ZERO; MAX_TENANTS],
     plans: [TenantPlan::PASSTHROUGH; MAX_TENANTS],
+    pacing: [Pacing::UNLIMITED; MAX_TENANTS],
     request: RequestSlot::EMPTY,
 }));
 
@@ -77,6 +79,11 @@ pub fn stats_ptr() -> i32 {
 /// `perf_plans_ptr`.
 pub fn plans_ptr() -> i32 {
     buffers().plans.as_ptr() as i32
+}
+
+/// `perf_pacing_ptr` (ABI 1.1).
+pub fn pacing_ptr() -> i32 {
+    buffers().pacing.as_ptr() as i32
 }
 
 /// `perf_request_ptr`.
@@ -111,14 +118,18 @@ pub fn on_request<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i64 {
     abi::pack_split(cell.with(init, |p| p.on_request(&slot.req, &slot.plan)))
 }
 
-/// `perf_on_tick`: 0, or -1 if `n` is out of range.
+/// `perf_on_tick`: `Policy::on_tick` then `Policy::on_pacing`; 0, or -1 if
+/// `n` is out of range.
 pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n: i32) -> i32 {
     if n < 0 || n as usize > MAX_TENANTS {
         return -1;
     }
     let b = buffers();
     let n = n as usize;
-    cell.with(init, |p| p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]));
+    cell.with(init, |p| {
+        p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]);
+        p.on_pacing(now_ns as u64, &mut b.pacing[..n]);
+    });
     0
 }
 

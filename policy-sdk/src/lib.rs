@@ -10,7 +10,10 @@
 //! - [`Policy::on_request`] for every application request (returns the
 //!   split plan: chunk size and zero-weight WRs per chunk);
 //! - [`Policy::on_tick`] periodically with per-tenant statistics (fills in
-//!   the QP-level plan of each tenant: active QP cap, rotation quanta).
+//!   the QP-level plan of each tenant: active QP cap, rotation quanta);
+//! - [`Policy::on_pacing`] right after each tick (ABI 1.1): a per-tenant
+//!   rate limit ([`Pacing`], a token bucket) the dataplane enforces by
+//!   holding data WQEs in software.
 //!
 //! The host validates every answer (see [`SplitPlan::validate`],
 //! [`TenantPlan::validate`]) and falls back to a safe default, counting
@@ -47,7 +50,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 0);
+pub const ABI_VERSION: (u16, u16) = (1, 1);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -126,6 +129,8 @@ pub enum Rejection {
     TooManyZeroWeight,
     /// An active-QP cap or quantum of zero where that would starve.
     ZeroQuantum,
+    /// A pacing record out of bounds (rate, burst or `paused` flag).
+    BadPacing,
 }
 
 /// Bounds the host enforces on plans.
@@ -136,6 +141,12 @@ pub mod limits {
     pub const MAX_CHUNK: u32 = 1 << 30;
     /// Most zero-weight WRs after one chunk.
     pub const MAX_ZERO_WEIGHT: u32 = 256;
+    /// Highest pacing rate, bytes/s (1 TB/s; 0 means unlimited).
+    pub const MAX_RATE: u64 = 1 << 40;
+    /// Smallest token-bucket burst of a paced tenant, bytes.
+    pub const MIN_BURST: u64 = 1024;
+    /// Largest token-bucket burst, bytes.
+    pub const MAX_BURST: u64 = 1 << 40;
 }
 
 impl SplitPlan {
@@ -274,6 +285,45 @@ impl Default for TenantPlan {
     }
 }
 
+/// A tenant's rate limit (ABI 1.1): a token bucket the dataplane applies
+/// to the tenant's data WQEs (chunks and whole messages; zero-weight and
+/// control WQEs are free). A WQE is posted when the bucket is not in debt
+/// and its bytes are then taken, so the bucket may go into debt by one
+/// WQE; the debt is paid back at `rate_bytes_per_s` before the next post.
+/// Work held back stays in software, in order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pacing {
+    /// Refill rate in payload bytes per second; 0 = unlimited (no bucket).
+    pub rate_bytes_per_s: u64,
+    /// Bucket depth in bytes (the most that may go out at once after an
+    /// idle period); ignored when the rate is 0.
+    pub burst_bytes: u64,
+    /// 1 = hold every data WQE of the tenant (time-slicing); 0 = run.
+    pub paused: u32,
+}
+
+impl Pacing {
+    /// No limit (the state of every tenant until a policy says otherwise).
+    pub const UNLIMITED: Pacing = Pacing { rate_bytes_per_s: 0, burst_bytes: 0, paused: 0 };
+
+    /// A token bucket of `rate_bytes_per_s` with `burst_bytes`.
+    pub const fn rate(rate_bytes_per_s: u64, burst_bytes: u64) -> Pacing {
+        Pacing { rate_bytes_per_s, burst_bytes, paused: 0 }
+    }
+
+    /// Checks the record against the host's limits.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        if self.paused > 1 || self.rate_bytes_per_s > limits::MAX_RATE {
+            return Err(Rejection::BadPacing);
+        }
+        if self.rate_bytes_per_s > 0 && !(limits::MIN_BURST..=limits::MAX_BURST).contains(&self.burst_bytes) {
+            return Err(Rejection::BadPacing);
+        }
+        Ok(())
+    }
+}
+
 /// A scheduling policy. Every hook has a default, so a policy overrides
 /// only what it needs.
 pub trait Policy {
@@ -297,6 +347,13 @@ pub trait Policy {
     /// plan into `plans[i]`. Default: leave the plans as they are.
     fn on_tick(&mut self, _now_ns: u64, _stats: &[TenantStats], _plans: &mut [TenantPlan]) {}
 
+    /// Right after each [`Policy::on_tick`] (same `now_ns`): write tenant
+    /// `i`'s rate limit into `pacing[i]`, which holds the current one.
+    /// Default: leave it (every tenant starts [`Pacing::UNLIMITED`]).
+    /// In a wasm module this needs ABI 1.1 (the `perf_pacing_ptr` export,
+    /// which `export_policy!` generates); a 1.0 module is never paced.
+    fn on_pacing(&mut self, _now_ns: u64, _pacing: &mut [Pacing]) {}
+
     /// How often the host calls [`Policy::on_tick`], in ns.
     fn tick_interval_ns(&self) -> u64 {
         1_000_000
@@ -306,7 +363,8 @@ pub trait Policy {
 /// Exports a [`Policy`] type as a wasm policy module: generates, for
 /// `wasm32` builds only, every export of the ABI (`perf_abi_version`,
 /// `perf_init`, `perf_on_tenant`, `perf_on_request`, `perf_on_tick`,
-/// `perf_tick_interval_ns`, the buffer and name getters; see [`abi`])
+/// `perf_tick_interval_ns`, the buffer and name getters, and the optional
+/// `perf_pacing_ptr` of ABI 1.1; see [`abi`])
 /// around one static instance, and a panic handler that traps (so the
 /// policy crate must be `#![no_std]`). On other targets it expands to
 /// nothing, so the same crate also builds as a native library.
@@ -361,6 +419,10 @@ macro_rules! export_policy {
             #[no_mangle]
             extern "C" fn perf_request_ptr() -> i32 {
                 g::request_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_pacing_ptr() -> i32 {
+                g::pacing_ptr()
             }
             #[no_mangle]
             extern "C" fn perf_max_tenants() -> i32 {

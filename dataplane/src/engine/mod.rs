@@ -10,12 +10,14 @@
 //! 4. polls the CQs, retires hidden WQEs and delivers each application
 //!    message's completion exactly once, in per-QP order;
 //! 5. on the policy's tick, hands it per-tenant statistics and applies the
-//!    plans it returns.
+//!    plans and rate limits it returns ([`pacing`]: a tenant's data WQEs
+//!    wait in software until its token bucket allows them).
 //!
 //! The loop runs over any [`Rnic`]; [`Dataplane::run_pinned`] spins it on
 //! a core in real time.
 
 pub mod control_qp;
+mod pacing;
 mod pinned;
 mod qp;
 mod split;
@@ -24,11 +26,12 @@ pub mod tenant;
 use std::collections::VecDeque;
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use perf_policy_sdk::{RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
+use perf_policy_sdk::{Pacing, RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
 
 use crate::policy::PolicyHost;
 use crate::rnic::*;
 use control_qp::ControlQp;
+use pacing::TokenBucket;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta};
 use split::{emit_chunk, WqeSpec};
@@ -83,6 +86,9 @@ pub struct DataplaneCounters {
     pub rescued_handoffs: u64,
     /// Policy ticks.
     pub ticks: u64,
+    /// Times a QP with work to post was held back by its tenant's pacing
+    /// (token bucket in debt, or paused).
+    pub paced_holds: u64,
 }
 
 struct TenantState {
@@ -102,6 +108,8 @@ struct TenantState {
     lost_releases: u32,
     /// The PCQ's completed count when a stall was first seen.
     stalled_at: Option<u64>,
+    /// The tenant's rate limit (the policy's [`Pacing`]).
+    bucket: TokenBucket,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -130,6 +138,8 @@ pub struct Dataplane<R: Rnic> {
     qps: Vec<DpQp>,
     policy: PolicyHost,
     plans: Vec<TenantPlan>,
+    /// The policy's rate limit of each tenant (applied to the buckets).
+    pacing: Vec<Pacing>,
     next_tick_ns: u64,
     wcs: Vec<Wc>,
     specs: Vec<WqeSpec>,
@@ -177,6 +187,7 @@ impl<R: Rnic> Dataplane<R> {
             qps: Vec::new(),
             policy,
             plans: Vec::new(),
+            pacing: Vec::new(),
             next_tick_ns: 0,
             wcs: vec![Wc::EMPTY; 256],
             specs: Vec::with_capacity(1024),
@@ -196,11 +207,12 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// When the loop next has timed work to do (the policy tick, which
-    /// also rescues stalled hand-offs), in ns of the NIC's clock. A
+    /// also rescues stalled hand-offs, or the moment a paced tenant's
+    /// token bucket allows its next data WQE), in ns of the NIC's clock. A
     /// virtual-time driver with no NIC event before then should still run
     /// a round at that time.
     pub fn next_timer_ns(&self) -> u64 {
-        self.next_tick_ns
+        self.tenants.iter().filter_map(|t| t.bucket.ready_at()).fold(self.next_tick_ns, u64::min)
     }
 
     /// The policy host (its name and counters).
@@ -213,6 +225,16 @@ impl<R: Rnic> Dataplane<R> {
         self.plans.iter().map(|p| p.class).collect()
     }
 
+    /// The plan the policy last gave each tenant.
+    pub fn plans(&self) -> &[TenantPlan] {
+        &self.plans
+    }
+
+    /// The rate limit the policy last gave each tenant.
+    pub fn pacing(&self) -> &[Pacing] {
+        &self.pacing
+    }
+
     /// Replaces the policy at a round boundary. Held and posted work is
     /// kept; the new policy's plans apply from its first tick.
     pub fn swap_policy(&mut self, policy: PolicyHost) {
@@ -221,6 +243,9 @@ impl<R: Rnic> Dataplane<R> {
             self.policy.on_tenant(&TenantInfo { tenant: i as u32, qps: t.qps.len() as u32, weight: t.weight });
         }
         self.plans.iter_mut().for_each(|p| *p = TenantPlan::PASSTHROUGH);
+        self.pacing.iter_mut().for_each(|p| *p = Pacing::UNLIMITED);
+        let now = self.nic.clock_ns();
+        self.tenants.iter_mut().for_each(|t| t.bucket.set(Pacing::UNLIMITED, now));
         self.next_tick_ns = 0;
     }
 
@@ -246,8 +271,10 @@ impl<R: Rnic> Dataplane<R> {
             tick: TickAccum::default(),
             lost_releases: 0,
             stalled_at: None,
+            bucket: TokenBucket::new(),
         });
         self.plans.push(TenantPlan::PASSTHROUGH);
+        self.pacing.push(Pacing::UNLIMITED);
         self.policy.on_tenant(&TenantInfo { tenant: id, qps: 0, weight: weight.max(1) });
         Ok(TenantHandle { id, name: name.to_string(), qps: 0, req_tx, cpl_rx })
     }
@@ -584,7 +611,7 @@ impl<R: Rnic> Dataplane<R> {
         Ok(did)
     }
 
-    fn post_qp(&mut self, qi: usize, allowed: bool, _now: u64) -> Result<bool, RnicError> {
+    fn post_qp(&mut self, qi: usize, allowed: bool, now: u64) -> Result<bool, RnicError> {
         let depth = self.cfg.sq_depth;
         let signal_every = (depth / 4).max(1);
         let zw_cq = self.zw_cq;
@@ -624,6 +651,10 @@ impl<R: Rnic> Dataplane<R> {
         }
         let mut room = free.saturating_sub(CTRL_RESERVE);
         while allowed && !self.qps[qi].failed {
+            if !self.tenants[t].bucket.may_post(now) {
+                self.counters.paced_holds += 1;
+                break;
+            }
             let q = &mut self.qps[qi];
             if q.cursor.is_none() {
                 if capped && quantum_hit(q, &plan) {
@@ -643,6 +674,8 @@ impl<R: Rnic> Dataplane<R> {
                 None => break,
                 Some(done) => {
                     room -= (specs.len() - before) as u32;
+                    let bytes = specs[before].sge.map_or(0, |g| g.length as u64);
+                    self.tenants[t].bucket.take(bytes);
                     if done {
                         let len = cur.wr.len as u64;
                         q.cursor = None;
@@ -970,6 +1003,12 @@ impl<R: Rnic> Dataplane<R> {
         let mut plans = std::mem::take(&mut self.plans);
         self.policy.on_tick(now, &stats, &mut plans);
         self.plans = plans;
+        let mut pacing = std::mem::take(&mut self.pacing);
+        self.policy.on_pacing(now, &mut pacing);
+        for (ts, p) in self.tenants.iter_mut().zip(&pacing) {
+            ts.bucket.set(*p, now);
+        }
+        self.pacing = pacing;
         for ts in &mut self.tenants {
             let ewma = ts.tick.ewma;
             ts.tick = TickAccum { ewma, ..TickAccum::default() };
@@ -980,5 +1019,9 @@ impl<R: Rnic> Dataplane<R> {
 impl<R: Rnic> crate::perftest::App for Dataplane<R> {
     fn poll(&mut self) -> Result<bool, crate::perftest::AppError> {
         Ok(self.round()?)
+    }
+
+    fn next_timer_ns(&self) -> Option<u64> {
+        Some(Dataplane::next_timer_ns(self))
     }
 }

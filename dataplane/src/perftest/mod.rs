@@ -16,6 +16,13 @@ pub trait App {
     /// Polls completions and memory, posts what it can. Returns whether it
     /// did anything (the driver polls again until no app does).
     fn poll(&mut self) -> Result<bool, AppError>;
+
+    /// When the app next has timed work even if its NIC shows nothing new
+    /// (the dataplane's policy tick, a paced tenant's next post), in ns;
+    /// [`run_virtual`] wakes it then. Default: never.
+    fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// An application's failure.
@@ -48,9 +55,10 @@ pub fn check(wc: &Wc) -> Result<(), AppError> {
 
 /// Runs `apps` on `fabric` in virtual time until `until_ns`: at every event
 /// instant that changed something the apps can observe (a completion, a
-/// memory write, a QP error) each app polls until none has anything left to
-/// do. The apps react only to what they observe, so skipping the NIC's
-/// internal instants changes nothing but the cost.
+/// memory write, a QP error), and at every app's timer
+/// ([`App::next_timer_ns`]), each app polls until none has anything left
+/// to do. The apps react only to what they observe and to their timers, so
+/// skipping the NIC's internal instants changes nothing but the cost.
 pub fn run_virtual(fabric: &SimFabric, apps: &mut [&mut dyn App], until_ns: u64) -> Result<(), AppError> {
     let until = until_ns * PS_PER_NS;
     loop {
@@ -61,9 +69,14 @@ pub fn run_virtual(fabric: &SimFabric, apps: &mut [&mut dyn App], until_ns: u64)
                 progressed |= a.poll()?;
             }
         }
-        if !fabric.step_until_visible(until) {
-            fabric.advance_to_ps(until);
-            return Ok(());
+        let now = fabric.now_ns();
+        let timer = apps.iter().filter_map(|a| a.next_timer_ns()).map(|t| t.max(now + 1) * PS_PER_NS).min();
+        let limit = timer.map_or(until, |t| t.min(until));
+        if !fabric.step_until_visible(limit) {
+            fabric.advance_to_ps(limit);
+            if limit >= until {
+                return Ok(());
+            }
         }
     }
 }

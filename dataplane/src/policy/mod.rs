@@ -17,7 +17,7 @@ pub mod passthrough;
 pub mod perf;
 pub mod wasm;
 
-use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats};
+use perf_policy_sdk::{Pacing, Policy, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats};
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
 /// Counters of the policy host.
@@ -61,6 +61,8 @@ pub struct PolicyHost {
     exit: Option<ExitInfo>,
     last_now_ns: u64,
     reset_plans: bool,
+    /// Drop the pacing of a policy the host fell back from.
+    reset_pacing: bool,
     wasm_tick_ns: u64,
 }
 
@@ -77,6 +79,7 @@ impl PolicyHost {
             exit: None,
             last_now_ns: 0,
             reset_plans: false,
+            reset_pacing: false,
             wasm_tick_ns: passthrough::Passthrough.tick_interval_ns(),
         };
         h.refresh_tick();
@@ -98,6 +101,9 @@ impl PolicyHost {
         let p: Box<dyn Policy + Send> = match name {
             "passthrough" => Box::new(passthrough::Passthrough),
             "perf" => Box::new(perf::Perf::default()),
+            "justitia" => Box::new(perf_policy_justitia::Justitia::default()),
+            "weighted" => Box::new(perf_policy_weighted::Weighted::default()),
+            "slo" => Box::new(perf_policy_slo::Slo::default()),
             _ => return None,
         };
         Some(Self::new(p))
@@ -125,6 +131,15 @@ impl PolicyHost {
     pub const BUILTINS: &'static [(&'static str, &'static str)] = &[
         ("passthrough", "no isolation: requests go to the NIC unchanged (the NIC's own round-robin)"),
         ("perf", "PeRF: 16 KB sub-requests, zero-weight WRs while sensitive tenants run, 2 active QPs per tenant"),
+        (
+            "justitia",
+            "Justitia baseline: 1 MB / 5000 B chunks, posts paced at an AIMD virtual link capacity, no preemption",
+        ),
+        (
+            "weighted",
+            "PeRF with bandwidth shares proportional to tenant weights (chunk size per weight), work-conserving",
+        ),
+        ("slo", "PeRF with chunk size and zero-weight WRs adapted online to a delay-sensitive latency target (3 us)"),
     ];
 
     /// The policy's name (`passthrough` after a fallback).
@@ -176,6 +191,7 @@ impl PolicyHost {
         });
         self.policy = Hosted::Native(Box::new(passthrough::Passthrough));
         self.reset_plans = true;
+        self.reset_pacing = true;
     }
 
     /// How often to tick, in ns (at least 10 us). A wasm policy's interval
@@ -277,6 +293,47 @@ impl PolicyHost {
             if p.validate().is_err() {
                 self.counters.rejections += 1;
                 *p = TenantPlan::PASSTHROUGH;
+            }
+        }
+    }
+
+    /// Runs the pacing hook right after [`PolicyHost::on_tick`]: `pacing[i]`
+    /// holds tenant `i`'s current rate limit and receives the new one. An
+    /// invalid record is replaced by [`Pacing::UNLIMITED`] (a native
+    /// policy) or drops the wasm policy for passthrough; a wasm module of
+    /// ABI 1.0 leaves every tenant unlimited.
+    pub fn on_pacing(&mut self, now_ns: u64, pacing: &mut [Pacing]) {
+        if self.reset_pacing {
+            self.reset_pacing = false;
+            pacing.fill(Pacing::UNLIMITED);
+        }
+        match &mut self.policy {
+            Hosted::Native(p) => p.on_pacing(now_ns, pacing),
+            Hosted::Wasm(w) => {
+                let res = w.read_pacing(pacing).and_then(|()| {
+                    match pacing.iter().enumerate().find_map(|(i, p)| p.validate().err().map(|e| (i, e))) {
+                        None => Ok(()),
+                        Some((i, e)) => Err(Fault {
+                            kind: FaultKind::InvalidDecision,
+                            message: format!("pacing of tenant {i}: {e:?}"),
+                        }),
+                    }
+                });
+                if let Err(f) = res {
+                    if f.kind == FaultKind::InvalidDecision {
+                        self.counters.rejections += 1;
+                    }
+                    pacing.fill(Pacing::UNLIMITED);
+                    self.fall_back("on_pacing", f);
+                    self.reset_pacing = false;
+                }
+                return;
+            }
+        }
+        for p in pacing.iter_mut() {
+            if p.validate().is_err() {
+                self.counters.rejections += 1;
+                *p = Pacing::UNLIMITED;
             }
         }
     }

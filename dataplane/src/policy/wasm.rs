@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
-use perf_policy_sdk::{RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION};
+use perf_policy_sdk::{Pacing, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION};
 use wasmtime::{
     Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
     TypedFunc, ValType,
@@ -207,6 +207,8 @@ pub struct WasmPolicy {
     stats_ptr: usize,
     plans_ptr: usize,
     request_ptr: usize,
+    /// The pacing buffer (ABI 1.1, optional export).
+    pacing_ptr: Option<usize>,
     max_tenants: usize,
     name: String,
     abi_version: (u16, u16),
@@ -365,6 +367,12 @@ impl WasmPolicy {
         let request_ptr = ptr("perf_request_ptr")?;
         let name_ptr = ptr("perf_name_ptr")?;
         let name_len = ptr("perf_name_len")?;
+        // ABI 1.1: the optional pacing buffer (a 1.0 module is never paced).
+        let pacing_ptr = if module_version.1 >= abi::PACING_MINOR && module.get_export(abi::PACING_EXPORT).is_some() {
+            Some(ptr(abi::PACING_EXPORT)?)
+        } else {
+            None
+        };
         if max_tenants == 0 || max_tenants > abi::MAX_TENANTS {
             return Err(LoadError::BadBuffer {
                 what: "stats/plans",
@@ -376,6 +384,7 @@ impl WasmPolicy {
             ("stats", stats_ptr, max_tenants * abi::STATS_SIZE),
             ("plans", plans_ptr, max_tenants * abi::PLAN_SIZE),
             ("request", request_ptr, abi::REQUEST_SLOT_SIZE),
+            ("pacing", pacing_ptr.unwrap_or(0), if pacing_ptr.is_some() { max_tenants * abi::PACING_SIZE } else { 0 }),
         ] {
             if p % abi::BUFFER_ALIGN != 0 {
                 return Err(LoadError::BadBuffer { what, detail: format!("address {p:#x} is not 8-byte aligned") });
@@ -403,6 +412,7 @@ impl WasmPolicy {
             stats_ptr,
             plans_ptr,
             request_ptr,
+            pacing_ptr,
             max_tenants,
             name,
             abi_version: module_version,
@@ -430,6 +440,9 @@ impl WasmPolicy {
         for (name, params, results) in abi::REQUIRED_EXPORTS {
             let ty = module.get_export(name).ok_or_else(|| LoadError::MissingExport((*name).into()))?;
             check_func(name, &ty, params, results)?;
+        }
+        if let Some(ty) = module.get_export(abi::PACING_EXPORT) {
+            check_func(abi::PACING_EXPORT, &ty, &[], &[AbiType::I32])?;
         }
         match module.get_export(abi::MEMORY_EXPORT) {
             Some(ExternType::Memory(_)) => Ok(()),
@@ -572,6 +585,29 @@ impl WasmPolicy {
         Ok(())
     }
 
+    /// Whether the module exports a pacing buffer (ABI 1.1).
+    pub fn paces(&self) -> bool {
+        self.pacing_ptr.is_some()
+    }
+
+    /// Reads the first `out.len()` pacing records the last `perf_on_tick`
+    /// left (decoded, not validated); leaves `out` alone for a module
+    /// without a pacing buffer.
+    pub fn read_pacing(&self, out: &mut [Pacing]) -> Result<(), Fault> {
+        let Some(at) = self.pacing_ptr else { return Ok(()) };
+        let n = out.len().min(self.max_tenants);
+        let b = self
+            .memory
+            .data(&self.store)
+            .get(at..at + n * abi::PACING_SIZE)
+            .ok_or_else(|| Fault::new(FaultKind::Marshal, "pacing buffer outside memory"))?;
+        for (i, (p, rec)) in out[..n].iter_mut().zip(b.chunks_exact(abi::PACING_SIZE)).enumerate() {
+            *p = abi::decode_pacing(rec)
+                .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("pacing of tenant {i}: {e:?}")))?;
+        }
+        Ok(())
+    }
+
     /// Calls `perf_tick_interval_ns`.
     pub fn tick_interval_ns(&mut self) -> Result<u64, Fault> {
         Self::arm(&mut self.store, self.limits);
@@ -588,9 +624,12 @@ impl WasmPolicy {
 pub mod embedded {
     static PERF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_perf.wasm"));
     static PASSTHROUGH: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_passthrough.wasm"));
+    static JUSTITIA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_justitia.wasm"));
+    static WEIGHTED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_weighted.wasm"));
+    static SLO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_slo.wasm"));
 
     /// Names of the embedded modules.
-    pub const NAMES: &[&str] = &["perf", "passthrough"];
+    pub const NAMES: &[&str] = &["perf", "passthrough", "justitia", "weighted", "slo"];
 
     /// The embedded module called `name`; `None` if unknown or if the
     /// build could not compile it (see the build script's warning).
@@ -598,6 +637,9 @@ pub mod embedded {
         let b = match name {
             "perf" => PERF,
             "passthrough" => PASSTHROUGH,
+            "justitia" => JUSTITIA,
+            "weighted" => WEIGHTED,
+            "slo" => SLO,
             _ => return None,
         };
         (!b.is_empty()).then_some(b)

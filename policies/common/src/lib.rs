@@ -1,0 +1,33 @@
+//! # perf-policy-common
+//!
+//! The PeRF mechanism as a `no_std` library that the policy crates build
+//! on: [`Perf`] (PeRF as published, every constant a field of
+//! [`PerfParams`] with the paper's default) and the helpers the policies
+//! derived from it share. It exports no wasm ABI itself: each policy crate
+//! (`policies/perf`, `policies/weighted`, `policies/slo`) wraps it and
+//! calls `export_policy!` once, so no two modules' exports collide.
+#![no_std]
+
+pub mod perf;
+
+pub use perf::{Perf, PerfParams, QpCap, QpFormula};
+
+/// Rounds `bytes` down to a multiple of 64 B (the host's chunk granule),
+/// at least [`perf_policy_sdk::limits::MIN_CHUNK`].
+pub fn chunk_granule(bytes: u64) -> u32 {
+    let b = bytes.min(perf_policy_sdk::limits::MAX_CHUNK as u64) as u32;
+    (b & !63).max(perf_policy_sdk::limits::MIN_CHUNK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_round_to_the_granule() {
+        assert_eq!(chunk_granule(16384), 16384);
+        assert_eq!(chunk_granule(5461), 5440);
+        assert_eq!(chunk_granule(10), 1024);
+        assert_eq!(chunk_granule(u64::MAX), 1 << 30);
+    }
+}

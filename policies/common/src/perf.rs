@@ -1,0 +1,394 @@
+//! PeRF as published ([paper], [perf-code]; `docs/policies.md#perf`),
+//! every constant a [`PerfParams`] field with the paper's default:
+//!
+//! - **Classifier**, every `classify_interval_ns` (5 ms), from the largest
+//!   per-QP send-queue depth and the EWMA (weight 0.5, kept by the host)
+//!   of message size seen over the interval: a tenant whose largest
+//!   message is at least `large_msg_bytes` (1 KB) is *bandwidth*; a
+//!   small-message tenant with depth < `delay_depth` (5) and depth x
+//!   average size < `delay_bytes` (1024 B) is *delay-sensitive*; other
+//!   small-message tenants are *message-sensitive*. A tenant not yet
+//!   classified is classified at the first tick that sees its traffic.
+//! - **Message level**: bandwidth tenants' messages of `split_threshold`
+//!   (1 KB) and more go as `chunk_bytes` (16 KB) sub-requests; while a
+//!   delay- or message-sensitive tenant is active each chunk is followed
+//!   by `chunk / zero_weight_unit` (16) zero-weight WRs.
+//! - **QP level**: at most `qp_cap` QPs of a tenant active (2, or the
+//!   `max_qps_limit` formula, recomputed every `allowed_set_interval_ns`,
+//!   10 ms); the rest held in software and rotated in by in-NIC hand-off
+//!   after `quantum_requests` (128) / `quantum_bytes` (1,024,000) /
+//!   `quantum_ns` (1000 us). So that a tenant's share does not grow with
+//!   its active QPs, while several bandwidth tenants compete each of its
+//!   QPs sends chunks of `chunk_bytes / active`, each followed by at least
+//!   one zero-weight WR (which ends the QP's NIC turn there).
+//! - **Time slicing**: when more than `slice_above` (4) bandwidth tenants
+//!   share the NIC with an active sensitive one, one bandwidth tenant runs
+//!   at a time (the others are paused), rotating every `slice_ns` (100 ms).
+//! - **Token bucket** (optional, off by default): each bandwidth tenant
+//!   paced at `rate_bytes_per_s` x its weight, burst `burst_bytes` (4 MB).
+//!
+//! `no_std` and without an allocator: the per-tenant state lives in
+//! fixed tables of [`MAX_TENANTS`] entries (a tenant beyond them is
+//! classified from the current tick alone and never paced).
+
+use perf_policy_sdk::abi::MAX_TENANTS;
+use perf_policy_sdk::{Pacing, Policy, SplitPlan, TenantClass, TenantPlan, TenantStats};
+
+/// How many QPs of a tenant may be active at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum QpCap {
+    /// A fixed cap (the paper's default: 2).
+    Fixed(u32),
+    /// PeRF's `max_qps_limit = min(QPS_CAPA, fu)`, per tenant from its
+    /// average message size (see [`QpFormula::limit`]).
+    Formula(QpFormula),
+}
+
+/// The constants of PeRF's `max_qps_limit` formula (ConnectX-6 values
+/// from the authors' README).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpFormula {
+    /// LINK_BW, Mb/s.
+    pub link_mbps: f64,
+    /// The share of the link the formula aims at (0.7).
+    pub utilization: f64,
+    /// MSG_RATE, thousand messages/s one QP sustains.
+    pub msg_rate_kpps: f64,
+    /// QPS_CAPA, the QPs that saturate the NIC.
+    pub qps_capa: u32,
+}
+
+impl Default for QpFormula {
+    fn default() -> Self {
+        QpFormula { link_mbps: 100_000.0, utilization: 0.7, msg_rate_kpps: 12_400.0, qps_capa: 9 }
+    }
+}
+
+impl QpFormula {
+    /// `min(QPS_CAPA, fu)` with `fu = (LINK_BW * 0.7 / (avg_msg * 8)) /
+    /// (MSG_RATE / 1000)`, at least 1: the QPs a tenant of messages of
+    /// `avg_msg_bytes` needs to reach the formula's share of the link.
+    pub fn limit(&self, avg_msg_bytes: f64) -> u32 {
+        if avg_msg_bytes <= 0.0 || self.msg_rate_kpps <= 0.0 {
+            return self.qps_capa.max(1);
+        }
+        let fu = (self.link_mbps * self.utilization / (avg_msg_bytes * 8.0)) / (self.msg_rate_kpps / 1000.0);
+        // `as` truncates toward zero, which is floor for fu >= 0.
+        let fu = if fu >= self.qps_capa as f64 { self.qps_capa } else { fu as u32 };
+        fu.clamp(1, self.qps_capa.max(1))
+    }
+}
+
+/// PeRF's parameters; [`Default`] is the paper's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerfParams {
+    /// How often the host ticks the policy (plans follow the active
+    /// tenants at this pace), ns.
+    pub tick_interval_ns: u64,
+    /// How often tenants are reclassified (5 ms), ns.
+    pub classify_interval_ns: u64,
+    /// A message at least this large marks a bandwidth tenant (1 KB).
+    pub large_msg_bytes: u64,
+    /// Delay-sensitive: depth below this (5).
+    pub delay_depth: u32,
+    /// Delay-sensitive: depth x average size below this (1024 B).
+    pub delay_bytes: f64,
+    /// Messages at least this large are split (1 KB).
+    pub split_threshold: u64,
+    /// Sub-request size, SUB_MSG_SIZE (16 KB).
+    pub chunk_bytes: u32,
+    /// Payload bytes per zero-weight WR, 0_WAIT_UNIT (1 KB).
+    pub zero_weight_unit: u32,
+    /// Active QPs per tenant.
+    pub qp_cap: QpCap,
+    /// How often the active-QP caps (the allowed sets) are recomputed
+    /// (10 ms), ns.
+    pub allowed_set_interval_ns: u64,
+    /// Rotation after this many requests (128).
+    pub quantum_requests: u32,
+    /// ... or bytes (1,024,000).
+    pub quantum_bytes: u64,
+    /// ... or ns active (1000 us).
+    pub quantum_ns: u64,
+    /// Time-slice bandwidth tenants when more than this many share the
+    /// NIC with an active sensitive tenant (4); `u32::MAX` never slices.
+    pub slice_above: u32,
+    /// Length of a time slice (100 ms), ns.
+    pub slice_ns: u64,
+    /// Token bucket rate per unit of weight for bandwidth tenants,
+    /// bytes/s; 0 = no bucket (the default).
+    pub rate_bytes_per_s: u64,
+    /// Token bucket burst (4 MB).
+    pub burst_bytes: u64,
+}
+
+impl Default for PerfParams {
+    fn default() -> Self {
+        PerfParams {
+            tick_interval_ns: 1_000_000,
+            classify_interval_ns: 5_000_000,
+            large_msg_bytes: 1024,
+            delay_depth: 5,
+            delay_bytes: 1024.0,
+            split_threshold: 1024,
+            chunk_bytes: 16 * 1024,
+            zero_weight_unit: 1024,
+            qp_cap: QpCap::Fixed(2),
+            allowed_set_interval_ns: 10_000_000,
+            quantum_requests: 128,
+            quantum_bytes: 1_024_000,
+            quantum_ns: 1_000_000,
+            slice_above: 4,
+            slice_ns: 100_000_000,
+            rate_bytes_per_s: 0,
+            burst_bytes: 4 << 20,
+        }
+    }
+}
+
+/// What the classifier has seen of a tenant since its last decision.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Seen {
+    max_depth: u32,
+    max_msg: u64,
+    ewma: f64,
+    completed: u64,
+}
+
+impl Seen {
+    const ZERO: Seen = Seen { max_depth: 0, max_msg: 0, ewma: 0.0, completed: 0 };
+
+    fn add(&mut self, s: &TenantStats) {
+        self.max_depth = self.max_depth.max(s.max_depth);
+        self.max_msg = self.max_msg.max(s.max_msg_bytes);
+        self.ewma = s.ewma_msg_bytes;
+        self.completed += s.completed;
+    }
+}
+
+/// The PeRF policy (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Perf {
+    /// Parameters.
+    pub params: PerfParams,
+    classes: [TenantClass; MAX_TENANTS],
+    seen: [Seen; MAX_TENANTS],
+    caps: [u32; MAX_TENANTS],
+    pacing: [Pacing; MAX_TENANTS],
+    next_classify_ns: u64,
+    next_allowed_ns: u64,
+    ticked: bool,
+}
+
+impl Default for Perf {
+    fn default() -> Self {
+        Self::new(PerfParams::default())
+    }
+}
+
+impl Perf {
+    /// PeRF with `params`.
+    pub fn new(params: PerfParams) -> Self {
+        Perf {
+            params,
+            classes: [TenantClass::Unknown; MAX_TENANTS],
+            seen: [Seen::ZERO; MAX_TENANTS],
+            caps: [0; MAX_TENANTS],
+            pacing: [Pacing::UNLIMITED; MAX_TENANTS],
+            next_classify_ns: 0,
+            next_allowed_ns: 0,
+            ticked: false,
+        }
+    }
+
+    /// Classifies a tenant from one tick of statistics (`None`: no traffic).
+    pub fn classify(&self, s: &TenantStats) -> Option<TenantClass> {
+        let seen =
+            Seen { max_depth: s.max_depth, max_msg: s.max_msg_bytes, ewma: s.ewma_msg_bytes, completed: s.completed };
+        self.classify_seen(&seen)
+    }
+
+    fn classify_seen(&self, s: &Seen) -> Option<TenantClass> {
+        if s.completed == 0 && s.max_msg == 0 {
+            return None;
+        }
+        let p = &self.params;
+        Some(if s.max_msg >= p.large_msg_bytes {
+            TenantClass::Bandwidth
+        } else if s.max_depth < p.delay_depth && (s.max_depth as f64 * s.ewma) < p.delay_bytes {
+            TenantClass::DelaySensitive
+        } else {
+            TenantClass::MessageSensitive
+        })
+    }
+
+    /// The class of tenant `i` as last decided (from `s` alone beyond the
+    /// table).
+    pub fn class_of(&self, i: usize, s: &TenantStats) -> TenantClass {
+        match self.classes.get(i) {
+            Some(c) => *c,
+            None => self.classify(s).unwrap_or(TenantClass::Unknown),
+        }
+    }
+
+    /// Whether a delay- or message-sensitive tenant was active in the
+    /// last tick (see [`active`]).
+    pub fn sensitive_active(&self, stats: &[TenantStats]) -> bool {
+        stats.iter().enumerate().any(|(i, s)| is_sensitive(self.class_of(i, s)) && active(s))
+    }
+
+    /// Whether a delay-sensitive tenant was active in the last tick.
+    pub fn delay_active(&self, stats: &[TenantStats]) -> bool {
+        stats.iter().enumerate().any(|(i, s)| self.class_of(i, s) == TenantClass::DelaySensitive && active(s))
+    }
+
+    /// Whether a message-sensitive tenant was active in the last tick.
+    pub fn message_active(&self, stats: &[TenantStats]) -> bool {
+        stats.iter().enumerate().any(|(i, s)| self.class_of(i, s) == TenantClass::MessageSensitive && active(s))
+    }
+
+    /// Whether tenant `i` is a bandwidth tenant with work.
+    pub fn bandwidth_backlogged(&self, i: usize, s: &TenantStats) -> bool {
+        self.class_of(i, s) == TenantClass::Bandwidth && s.backlogged_qps > 0
+    }
+
+    /// How many bandwidth tenants have work.
+    pub fn bandwidth_count(&self, stats: &[TenantStats]) -> usize {
+        stats.iter().enumerate().filter(|(i, s)| self.bandwidth_backlogged(*i, s)).count()
+    }
+
+    /// Tenant `i`'s active-QP cap as last computed.
+    pub fn cap_of(&self, i: usize) -> u32 {
+        match self.caps.get(i) {
+            Some(&c) if c > 0 => c,
+            _ => self.fixed_cap(),
+        }
+    }
+
+    fn fixed_cap(&self) -> u32 {
+        match self.params.qp_cap {
+            QpCap::Fixed(n) => n.max(1),
+            QpCap::Formula(f) => f.qps_capa.max(1),
+        }
+    }
+
+    /// The active QPs a backlogged tenant runs: its backlogged QPs, within
+    /// its cap.
+    pub fn active_qps(&self, i: usize, s: &TenantStats) -> u32 {
+        s.backlogged_qps.clamp(1, self.cap_of(i))
+    }
+
+    fn classify_all(&mut self, now_ns: u64, stats: &[TenantStats]) {
+        let period = !self.ticked || now_ns >= self.next_classify_ns;
+        for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
+            self.seen[i].add(s);
+            // A new tenant is classified as soon as it shows traffic.
+            if period || self.classes[i] == TenantClass::Unknown {
+                if let Some(c) = self.classify_seen(&self.seen[i]) {
+                    self.classes[i] = c;
+                }
+                self.seen[i] = Seen::ZERO;
+            }
+        }
+        if period {
+            self.next_classify_ns = now_ns.saturating_add(self.params.classify_interval_ns);
+        }
+    }
+
+    fn recompute_caps(&mut self, now_ns: u64, stats: &[TenantStats]) {
+        if self.ticked && now_ns < self.next_allowed_ns {
+            return;
+        }
+        self.next_allowed_ns = now_ns.saturating_add(self.params.allowed_set_interval_ns);
+        for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
+            self.caps[i] = match self.params.qp_cap {
+                QpCap::Fixed(n) => n.max(1),
+                QpCap::Formula(f) => f.limit(s.ewma_msg_bytes),
+            };
+        }
+    }
+
+    /// The bandwidth tenant that holds the NIC in this time slice, if
+    /// slicing applies: the `k`-th backlogged bandwidth tenant, `k`
+    /// advancing every `slice_ns`.
+    fn slice_owner(&self, now_ns: u64, stats: &[TenantStats], sensitive: bool, bw: usize) -> Option<usize> {
+        let p = &self.params;
+        if !sensitive || bw as u64 <= p.slice_above as u64 || p.slice_ns == 0 {
+            return None;
+        }
+        let k = (now_ns / p.slice_ns) as usize % bw;
+        stats.iter().enumerate().filter(|(i, s)| self.bandwidth_backlogged(*i, s)).nth(k).map(|(i, _)| i)
+    }
+}
+
+/// Whether a tenant was active in the last tick: it has work now, or it
+/// completed or posted something during the tick. (A ping-pong tenant has
+/// nothing in flight between its completion and its next request, so its
+/// depth at the tick instant alone would miss it part of the time.)
+pub fn active(s: &TenantStats) -> bool {
+    s.backlogged_qps > 0 || s.completed > 0 || s.max_depth > 0
+}
+
+/// Whether a class is one PeRF isolates others from (delay- or
+/// message-sensitive).
+pub fn is_sensitive(c: TenantClass) -> bool {
+    matches!(c, TenantClass::DelaySensitive | TenantClass::MessageSensitive)
+}
+
+impl Policy for Perf {
+    fn name(&self) -> &str {
+        "perf"
+    }
+
+    fn on_tick(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
+        self.classify_all(now_ns, stats);
+        self.recompute_caps(now_ns, stats);
+        self.ticked = true;
+        let sensitive = self.sensitive_active(stats);
+        let bw = self.bandwidth_count(stats);
+        let p = self.params;
+        let zero_weight = if sensitive {
+            p.chunk_bytes / p.zero_weight_unit.max(1)
+        } else if bw >= 2 {
+            1
+        } else {
+            0
+        };
+        let owner = self.slice_owner(now_ns, stats, sensitive, bw);
+        for (i, s) in stats.iter().enumerate() {
+            let class = self.class_of(i, s);
+            let active = self.active_qps(i, s);
+            // Each active QP moves one chunk per NIC round; scaling the chunk
+            // by 1/active gives every bandwidth tenant the same bytes per round.
+            let chunk = if bw >= 2 { crate::chunk_granule((p.chunk_bytes / active) as u64) } else { p.chunk_bytes };
+            plans[i] = TenantPlan {
+                max_active_qps: self.cap_of(i),
+                quantum_requests: p.quantum_requests,
+                quantum_bytes: p.quantum_bytes,
+                quantum_ns: p.quantum_ns,
+                split: SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: zero_weight },
+                split_threshold: if class == TenantClass::Bandwidth { p.split_threshold } else { 0 },
+                class,
+            };
+            if let Some(slot) = self.pacing.get_mut(i) {
+                let bucket = if class == TenantClass::Bandwidth && p.rate_bytes_per_s > 0 {
+                    Pacing::rate(p.rate_bytes_per_s.saturating_mul(s.weight.max(1) as u64), p.burst_bytes)
+                } else {
+                    Pacing::UNLIMITED
+                };
+                let paused = owner.is_some_and(|o| o != i) && class == TenantClass::Bandwidth;
+                *slot = Pacing { paused: paused as u32, ..bucket };
+            }
+        }
+    }
+
+    fn on_pacing(&mut self, _now_ns: u64, pacing: &mut [Pacing]) {
+        for (out, p) in pacing.iter_mut().zip(self.pacing.iter()) {
+            *out = *p;
+        }
+    }
+
+    fn tick_interval_ns(&self) -> u64 {
+        self.params.tick_interval_ns
+    }
+}
