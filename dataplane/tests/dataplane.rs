@@ -98,6 +98,8 @@ enum Pol {
     Perf,
     /// [`ForceSplit`] with the given parameters.
     Force(ForceSplit),
+    /// Another built-in policy, by name (`justitia`, `weighted`, `slo`).
+    Named(&'static str),
 }
 
 impl Pol {
@@ -106,6 +108,7 @@ impl Pol {
             Pol::Passthrough => PolicyHost::builtin("passthrough").expect("built-in passthrough"),
             Pol::Perf => PolicyHost::builtin("perf").expect("built-in perf"),
             Pol::Force(p) => PolicyHost::new(Box::new(p)),
+            Pol::Named(n) => PolicyHost::builtin(n).expect("a built-in policy"),
         }
     }
 
@@ -508,10 +511,18 @@ proptest! {
 
     /// Random workloads complete exactly once, in per-QP order, with their
     /// byte counts, never show a hidden completion, and move the right
-    /// bytes; under passthrough, perf and forced splitting with rotation.
+    /// bytes; under passthrough, perf, forced splitting with rotation, and
+    /// the policy suite (justitia paces posts with its token buckets).
     #[test]
     fn random_workloads_complete_exactly_once_in_order((qps, ops, seed) in case()) {
-        for pol in [Pol::Passthrough, Pol::Perf, Pol::Force(ForceSplit::HEAVY)] {
+        for pol in [
+            Pol::Passthrough,
+            Pol::Perf,
+            Pol::Force(ForceSplit::HEAVY),
+            Pol::Named("justitia"),
+            Pol::Named("weighted"),
+            Pol::Named("slo"),
+        ] {
             run_case(&qps, &ops, seed, pol)?;
         }
     }

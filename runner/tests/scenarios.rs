@@ -9,55 +9,9 @@
 //! `latency_us`, and `alone` holding the same tenant run alone under the
 //! same policy).
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-use serde_json::Value;
-
-/// Runs `scenario` (a file name under `runner/scenarios/`) under `policy`
-/// with `--alone` and returns the JSON report.
-fn run(scenario: &str, policy: &str) -> Value {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let path = dir.join("scenarios").join(scenario);
-    let json = std::env::temp_dir().join(format!("perf-runner-test-{}-{policy}-{scenario}.json", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
-        .arg("run")
-        .arg(&path)
-        .args(["--policy", policy, "--alone", "--json"])
-        .arg(&json)
-        .output()
-        .expect("running perf-runner");
-    assert!(
-        out.status.success(),
-        "perf-runner run {scenario} --policy {policy} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(&json).expect("reading the JSON report");
-    let _ = std::fs::remove_file(&json);
-    let report: Value = serde_json::from_str(&text).expect("parsing the JSON report");
-    assert_eq!(report["policy"], policy, "report of the wrong policy");
-    for t in report["tenants"].as_array().expect("tenants") {
-        assert_eq!(t["errors"], 0, "{scenario} {policy}: tenant {} saw errors", t["name"]);
-        assert!(t["completed"].as_u64().expect("completed") > 0, "{scenario} {policy}: tenant {} idle", t["name"]);
-    }
-    report
-}
-
-/// The tenant called `name`.
-fn tenant<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["tenants"]
-        .as_array()
-        .expect("tenants")
-        .iter()
-        .find(|t| t["name"] == name)
-        .unwrap_or_else(|| panic!("no tenant {name} in the report"))
-}
-
-/// A number at `key` (a JSON pointer) of `v`.
-fn num(v: &Value, key: &str) -> f64 {
-    v.pointer(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("no number at {key} in {v}"))
-}
+use common::{num, run, tenant};
 
 #[test]
 fn b_single_d_single_perf_keeps_d_latency_and_b_bandwidth() {

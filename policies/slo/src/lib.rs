@@ -12,8 +12,10 @@
 //! active, compares their mean post-to-completion latency `L` with the
 //! target `T`:
 //! - `L > T`: one step toward isolation at once, and the level just left
-//!   becomes a ceiling for a back-off time (`backoff_ns`, doubling at each
-//!   violation up to `max_backoff_ns`);
+//!   becomes a ceiling for a back-off time: `backoff_ns` doubled (up to
+//!   `max_backoff_ns`) if the violation follows a step up within
+//!   `2 x hold_ticks` ticks (a failed probe), reset to `backoff_ns`
+//!   otherwise (the load changed);
 //! - `L < T (1 - margin)` for `hold_ticks` ticks in a row: one step toward
 //!   bulk throughput, unless that would pass an unexpired ceiling;
 //! - otherwise: stay.
@@ -92,6 +94,8 @@ pub struct Slo {
     ceiling_until_ns: u64,
     backoff_ns: u64,
     good: u32,
+    /// Ticks since the last step up.
+    since_up: u32,
 }
 
 impl Default for Slo {
@@ -111,6 +115,7 @@ impl Slo {
             ceiling_until_ns: 0,
             backoff_ns: params.backoff_ns,
             good: 0,
+            since_up: u32::MAX,
         }
     }
 
@@ -122,11 +127,18 @@ impl Slo {
     /// One control step at `now_ns` on the latency sample `latency_ns`.
     pub fn control(&mut self, now_ns: u64, latency_ns: u64) {
         let p = &self.params;
+        self.since_up = self.since_up.saturating_add(1);
         if latency_ns > p.target_ns {
+            let failed_probe = self.since_up <= 2 * p.hold_ticks;
+            if !failed_probe {
+                self.backoff_ns = p.backoff_ns;
+            }
             self.level = self.level.saturating_sub(1);
             self.ceiling = self.level;
             self.ceiling_until_ns = now_ns.saturating_add(self.backoff_ns);
-            self.backoff_ns = (self.backoff_ns.saturating_mul(2)).min(p.max_backoff_ns);
+            if failed_probe {
+                self.backoff_ns = self.backoff_ns.saturating_mul(2).min(p.max_backoff_ns);
+            }
             self.good = 0;
         } else if (latency_ns as f64) < p.target_ns as f64 * (1.0 - p.margin) {
             self.good += 1;
@@ -136,6 +148,7 @@ impl Slo {
             if self.good >= p.hold_ticks && self.level < self.ceiling {
                 self.level += 1;
                 self.good = 0;
+                self.since_up = 0;
             }
         } else {
             self.good = 0;
@@ -215,8 +228,12 @@ mod tests {
         step(&mut s, t / 2);
         assert_eq!(step(&mut s, t / 2), PERF_LEVEL + 2, "probes again after the back-off");
         assert_eq!(step(&mut s, t + 1), PERF_LEVEL + 1);
-        assert_eq!(s.backoff_ns, 16_000_000, "the back-off doubles");
-        assert_eq!(step(&mut s, (t as f64 * 0.95) as u64), PERF_LEVEL + 1, "inside the margin: stay");
+        assert_eq!(s.backoff_ns, 16_000_000, "the back-off doubles at each failed probe");
+        for _ in 0..10 {
+            assert_eq!(step(&mut s, (t as f64 * 0.95) as u64), PERF_LEVEL + 1, "inside the margin: stay");
+        }
+        assert_eq!(step(&mut s, t + 1), PERF_LEVEL);
+        assert_eq!(s.backoff_ns, 4_000_000, "a violation long after a step up (the load changed) resets it");
     }
 
     #[test]

@@ -8,11 +8,16 @@
 //! QP one data turn per round-robin round (each chunk is followed by at
 //! least one zero-weight WR, which ends the QP's turn), so a tenant moves
 //! `active x chunk` bytes per round. Setting each active QP's chunk to
-//! `chunk_bytes x weight / max weight / active` makes the bytes per round,
-//! and so the shares of the link, proportional to the weights. Nothing is
-//! withheld: a tenant without work takes no turns, so the others' rounds
-//! get shorter and they share the whole link (work conservation); a tenant
-//! alone gets PeRF's full-size chunks.
+//! `chunk_bytes x weight / min weight / active` makes the bytes per round,
+//! and so the shares of the link, proportional to the weights (the
+//! lightest backlogged tenant keeps PeRF's 16 KB per round, heavier ones
+//! get proportionally larger chunks, so no tenant pays for chunks smaller
+//! than PeRF's). Nothing is withheld: a tenant without work takes no
+//! turns, so the others' rounds get shorter and they share the whole link
+//! (work conservation); a tenant alone gets PeRF's chunks. The shares
+//! hold while the heaviest chunk is not larger than the messages (a
+//! message is never more than one chunk) and cost a delay-sensitive
+//! tenant up to one heavy chunk of wire time per NIC round.
 //!
 //! One crate, two uses: the dataplane's built-in `weighted` and, through
 //! [`export_policy!`], the `weighted.wasm` module (`--policy wasm:weighted`).
@@ -36,11 +41,11 @@ impl Weighted {
     }
 
     /// The chunk each active QP of a bandwidth tenant of `weight` with
-    /// `active` QPs sends while the heaviest backlogged tenant weighs
-    /// `max_weight`.
-    pub fn chunk(&self, weight: u32, max_weight: u32, active: u32) -> u32 {
+    /// `active` QPs sends while the lightest backlogged tenant weighs
+    /// `min_weight`.
+    pub fn chunk(&self, weight: u32, min_weight: u32, active: u32) -> u32 {
         let base = self.perf.params.chunk_bytes as u64;
-        chunk_granule(base * weight.max(1) as u64 / (max_weight.max(1) as u64 * active.max(1) as u64))
+        chunk_granule(base * weight.max(1) as u64 / (min_weight.max(1) as u64 * active.max(1) as u64))
     }
 }
 
@@ -55,16 +60,16 @@ impl Policy for Weighted {
             return;
         }
         let backlogged = |i: usize, s: &TenantStats| self.perf.bandwidth_backlogged(i, s);
-        let max_weight = stats
+        let min_weight = stats
             .iter()
             .enumerate()
             .filter(|(i, s)| backlogged(*i, s))
             .map(|(_, s)| s.weight.max(1))
-            .max()
+            .min()
             .unwrap_or(1);
         for (i, s) in stats.iter().enumerate() {
             if backlogged(i, s) {
-                plans[i].split.chunk_bytes = self.chunk(s.weight, max_weight, self.perf.active_qps(i, s));
+                plans[i].split.chunk_bytes = self.chunk(s.weight, min_weight, self.perf.active_qps(i, s));
             }
         }
     }
@@ -105,10 +110,10 @@ mod tests {
         let mut plans = [TenantPlan::PASSTHROUGH; 3];
         w.on_tick(0, &[bulk(0, 1, 3), bulk(1, 1, 1), bulk(2, 5, 3)], &mut plans);
         assert!(plans.iter().all(|p| p.class == TenantClass::Bandwidth));
-        assert_eq!(plans[0].split.chunk_bytes, 16384);
-        assert_eq!(plans[1].split.chunk_bytes, 5440, "16384 / 3, to 64 B");
-        // Two active QPs (PeRF's cap) share the tenant's 16 KB per round.
-        assert_eq!(plans[2].split.chunk_bytes, 8192);
+        assert_eq!(plans[0].split.chunk_bytes, 3 * 16384);
+        assert_eq!(plans[1].split.chunk_bytes, 16384, "the lightest keeps PeRF's chunk");
+        // Two active QPs (PeRF's cap) share the tenant's 48 KB per round.
+        assert_eq!(plans[2].split.chunk_bytes, 3 * 8192);
         assert!(plans.iter().all(|p| p.split.zero_weight_per_chunk >= 1), "every chunk ends its NIC turn");
     }
 

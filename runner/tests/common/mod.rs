@@ -1,0 +1,66 @@
+//! Helpers of the acceptance tests: run the built `perf-runner` on a
+//! shipped scenario and read its JSON report (`tenants[i]` with `gbps`,
+//! `mpps`, `latency_us`, and with `--alone`, `alone` holding the same
+//! tenant run alone under the same policy). Virtual time, seeded by the
+//! scenario: every figure is the same on every machine.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Runs `scenario` (a path under `runner/scenarios/`) under `policy`, with
+/// each tenant also alone if `alone`, and returns the JSON report. Fails
+/// the test if the run fails or a tenant saw errors or completed nothing.
+pub fn run_opts(scenario: &str, policy: &str, alone: bool) -> Value {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = dir.join("scenarios").join(scenario);
+    let tag = scenario.replace('/', "_");
+    let json = std::env::temp_dir().join(format!(
+        "perf-runner-test-{}-{}-{tag}.json",
+        std::process::id(),
+        policy.replace(':', "_")
+    ));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_perf-runner"));
+    cmd.arg("run").arg(&path).args(["--policy", policy, "--json"]).arg(&json);
+    if alone {
+        cmd.arg("--alone");
+    }
+    let out = cmd.output().expect("running perf-runner");
+    assert!(
+        out.status.success(),
+        "perf-runner run {scenario} --policy {policy} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).expect("reading the JSON report");
+    let _ = std::fs::remove_file(&json);
+    let report: Value = serde_json::from_str(&text).expect("parsing the JSON report");
+    assert_eq!(report["policy"], policy, "report of the wrong policy");
+    for t in report["tenants"].as_array().expect("tenants") {
+        assert_eq!(t["errors"], 0, "{scenario} {policy}: tenant {} saw errors", t["name"]);
+        assert!(t["completed"].as_u64().expect("completed") > 0, "{scenario} {policy}: tenant {} idle", t["name"]);
+    }
+    report
+}
+
+/// [`run_opts`] with every tenant also run alone.
+pub fn run(scenario: &str, policy: &str) -> Value {
+    run_opts(scenario, policy, true)
+}
+
+/// The tenant called `name`.
+pub fn tenant<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tenant {name} in the report"))
+}
+
+/// A number at `key` (a JSON pointer) of `v`.
+pub fn num(v: &Value, key: &str) -> f64 {
+    v.pointer(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("no number at {key} in {v}"))
+}

@@ -1,0 +1,110 @@
+//! Acceptance of the policy suite (issue 5) on the cx6-100g profile in
+//! virtual time: short-window versions of the paper's experiments
+//! (`runner/scenarios/suite/`), each run through the built `perf-runner`
+//! (`run SCENARIO --policy P [--alone] --json FILE`), deterministic for the
+//! scenario's seed. `docs/policies.md` quotes the figures and the commands.
+
+mod common;
+
+use common::{num, run, run_opts, tenant};
+use serde_json::Value;
+
+/// The share of `g` off `want`, as a fraction of `want`.
+fn off(g: f64, want: f64) -> f64 {
+    (g - want).abs() / want
+}
+
+#[test]
+fn exp1_perf_keeps_b_bandwidth_and_d_latency() {
+    let r = run("suite/exp1.toml", "perf");
+    let (b, d) = (tenant(&r, "B_single"), tenant(&r, "D_single"));
+    let gbps = num(b, "/gbps");
+    assert!(gbps >= 93.0, "B_single got {gbps:.2} Gb/s < 93");
+    let (mean, p99, p99_alone) =
+        (num(d, "/latency_us/mean"), num(d, "/latency_us/p99"), num(d, "/alone/latency_us/p99"));
+    assert!(mean <= 2.0, "D_single mean latency {mean:.3} us > 2.0 us");
+    assert!(p99 <= 1.5 * p99_alone, "D_single p99 {p99:.3} us > 1.5 x its p99 alone {p99_alone:.3} us");
+}
+
+#[test]
+fn exp1_justitia_withholds_posts_and_completes_traffic() {
+    // `run_opts` checks every tenant completed messages without errors.
+    let r = run_opts("suite/exp1.toml", "justitia", false);
+    let dp = &r["dataplane"];
+    assert!(num(dp, "/paced_holds") > 0.0, "justitia never held a post back: {dp}");
+    assert_eq!(num(dp, "/zero_weight_wrs"), 0.0, "justitia does not preempt in the NIC");
+    assert_eq!(num(dp, "/handoffs"), 0.0);
+    let b = num(tenant(&r, "B_single"), "/gbps");
+    assert!(b > 10.0, "B_single starved under justitia: {b:.2} Gb/s");
+}
+
+#[test]
+fn exp1_slo_meets_a_3us_p99_target() {
+    let slo = run_opts("suite/exp1.toml", "slo", false);
+    let perf = run_opts("suite/exp1.toml", "perf", false);
+    let p99 = num(tenant(&slo, "D_single"), "/latency_us/p99");
+    assert!(p99 <= 3.0, "D_single p99 {p99:.3} us > 3 us under slo");
+    let (b_slo, b_perf) = (num(tenant(&slo, "B_single"), "/gbps"), num(tenant(&perf, "B_single"), "/gbps"));
+    // Not less than perf's (docs/policies.md#slo explains why not much more).
+    assert!(b_slo >= b_perf - 0.05, "B_single {b_slo:.2} Gb/s under slo, {b_perf:.2} under perf");
+    let wqes = |r: &Value| num(&r["dataplane"], "/zero_weight_wrs");
+    assert!(wqes(&slo) < wqes(&perf), "slo kept PeRF's zero-weight WRs: {} vs {}", wqes(&slo), wqes(&perf));
+}
+
+#[test]
+fn exp2_perf_keeps_m_message_rate_and_b_bandwidth() {
+    let r = run("suite/exp2.toml", "perf");
+    let (b, m) = (tenant(&r, "B_single"), tenant(&r, "M_single"));
+    let (mpps, alone) = (num(m, "/mpps"), num(m, "/alone/mpps"));
+    assert!(mpps >= 0.7 * alone, "M_single {mpps:.3} Mmsg/s < 0.7 x its {alone:.3} alone");
+    let gbps = num(b, "/gbps");
+    assert!(gbps >= 85.0, "B_single got {gbps:.2} Gb/s < 85");
+}
+
+#[test]
+fn exp3_perf_shares_equally_for_every_qp_count() {
+    for q in [1, 2, 5, 10, 20] {
+        let r = run_opts(&format!("suite/exp3-q{q}.toml"), "perf", false);
+        let (s, m) = (num(tenant(&r, "B_single"), "/gbps"), num(tenant(&r, "B_multi"), "/gbps"));
+        let total = s + m;
+        assert!(total >= 90.0, "{q} QPs: B_single + B_multi = {total:.2} Gb/s < 90");
+        for (name, g) in [("B_single", s), ("B_multi", m)] {
+            let o = off(g, total / 2.0);
+            assert!(o <= 0.10, "{q} QPs: {name} got {g:.2} of {total:.2} Gb/s, {:.1}% off half", o * 100.0);
+        }
+    }
+}
+
+#[test]
+fn weighted_3_to_1_while_both_are_backlogged() {
+    let r = run_opts("suite/weighted-3to1.toml", "weighted", false);
+    let (h, l) = (num(tenant(&r, "B_heavy"), "/gbps"), num(tenant(&r, "B_light"), "/gbps"));
+    assert!(h + l >= 90.0, "B_heavy + B_light = {:.2} Gb/s < 90", h + l);
+    assert!(off(h / l, 3.0) <= 0.10, "B_heavy {h:.2} / B_light {l:.2} = {:.3}, not 3 within 10%", h / l);
+}
+
+#[test]
+fn weighted_gives_the_link_away_when_a_tenant_is_idle() {
+    // The weight-3 tenant uses little; the weight-1 tenant gets the rest of
+    // the link, not its 1/4 entitlement.
+    let r = run("suite/weighted-idle.toml", "weighted");
+    let (light, sparse) = (tenant(&r, "B_light"), tenant(&r, "B_sparse"));
+    let (l, s, l_alone) = (num(light, "/gbps"), num(sparse, "/gbps"), num(light, "/alone/gbps"));
+    assert!(s < 10.0, "B_sparse is not idle-ish: {s:.2} Gb/s");
+    assert!(l + s >= 90.0, "the link is not used: {l:.2} + {s:.2} Gb/s");
+    assert!(l >= 0.9 * (l_alone - s), "B_light {l:.2} Gb/s of the {:.2} left to it", l_alone - s);
+}
+
+#[test]
+fn wasm_modules_decide_as_the_native_policies() {
+    for (scenario, policy) in
+        [("suite/exp1.toml", "justitia"), ("suite/exp1.toml", "slo"), ("suite/weighted-3to1.toml", "weighted")]
+    {
+        let native = run_opts(scenario, policy, false);
+        let wasm = run_opts(scenario, &format!("wasm:{policy}"), false);
+        for key in ["tenants", "rnic", "dataplane"] {
+            assert_eq!(native[key], wasm[key], "{policy} on {scenario}: native and wasm differ in {key}");
+        }
+        assert_eq!(num(&wasm["policy_counters"], "/fallbacks"), 0.0, "wasm:{policy} fell back");
+    }
+}
