@@ -9,9 +9,13 @@
 //! keeps flowing. A native policy's invalid decisions are only replaced
 //! (it cannot trap or loop within the sandbox's bounds, so it stays).
 //!
-//! Built-in native policies: [`passthrough`] (no isolation) and [`perf`]
-//! (PeRF's message- and QP-level preemption with fixed parameters); the
-//! same code is embedded as wasm modules ([`wasm::embedded`]).
+//! Built-in native policies: [`passthrough`] (no isolation), [`perf`]
+//! (PeRF's message- and QP-level preemption), `justitia` (the Justitia
+//! baseline: paced posts), `weighted` (weighted shares over PeRF) and `slo`
+//! (PeRF tuned online to a latency target), from `policies/*`
+//! (`docs/policies.md`); the same code is embedded as wasm modules
+//! ([`wasm::embedded`]). Besides plans, a policy may rate-limit tenants
+//! ([`PolicyHost::on_pacing`], ABI 1.1).
 
 pub mod passthrough;
 pub mod perf;

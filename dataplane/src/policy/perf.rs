@@ -1,10 +1,10 @@
-//! `perf`: PeRF's preemption with the paper's fixed parameters. The code
-//! lives in the `perf-policy-perf` crate (`policies/perf`), which is also
-//! compiled to the `perf.wasm` policy module; this module re-exports it
-//! and holds its native tests, so the native and the wasm policy are the
-//! same code.
+//! `perf`: PeRF's preemption, every constant a parameter with the paper's
+//! default. The code lives in `perf-policy-common` (the mechanism) and the
+//! `perf-policy-perf` crate (`policies/perf`), which is also compiled to
+//! the `perf.wasm` policy module; this module re-exports it and holds its
+//! native tests, so the native and the wasm policy are the same code.
 
-pub use perf_policy_perf::{Perf, PerfParams};
+pub use perf_policy_perf::{Perf, PerfParams, QpCap, QpFormula};
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,9 @@
 //! calls `export_policy!` once, so no two modules' exports collide.
 #![no_std]
 
+#[cfg(test)]
+extern crate std;
+
 pub mod perf;
 
 pub use perf::{Perf, PerfParams, QpCap, QpFormula};

@@ -392,3 +392,104 @@ impl Policy for Perf {
         self.params.tick_interval_ns
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    fn bulk(tenant: u32, weight: u32) -> TenantStats {
+        TenantStats {
+            tenant,
+            qps: 1,
+            backlogged_qps: 1,
+            max_depth: 128,
+            ewma_msg_bytes: 1048576.0,
+            max_msg_bytes: 1048576,
+            completed: 10,
+            weight,
+            ..TenantStats::ZERO
+        }
+    }
+
+    fn ping(tenant: u32) -> TenantStats {
+        TenantStats {
+            tenant,
+            qps: 1,
+            backlogged_qps: 1,
+            max_depth: 1,
+            ewma_msg_bytes: 16.0,
+            max_msg_bytes: 16,
+            completed: 100,
+            weight: 1,
+            ..TenantStats::ZERO
+        }
+    }
+
+    fn tick(p: &mut Perf, now: u64, stats: &[TenantStats]) -> ([TenantPlan; 8], [Pacing; 8]) {
+        let mut plans = [TenantPlan::PASSTHROUGH; 8];
+        let mut pacing = [Pacing::UNLIMITED; 8];
+        p.on_tick(now, stats, &mut plans[..stats.len()]);
+        p.on_pacing(now, &mut pacing[..stats.len()]);
+        (plans, pacing)
+    }
+
+    #[test]
+    fn the_max_qps_limit_formula() {
+        let f = QpFormula::default();
+        assert_eq!(f.limit(16.0), 9, "small messages: QPS_CAPA");
+        assert_eq!(f.limit(128.0), 5, "70000 / 1024 / 12.4 = 5.5");
+        assert_eq!(f.limit(1048576.0), 1, "at least one");
+        let mut p = Perf::new(PerfParams { qp_cap: QpCap::Formula(f), ..PerfParams::default() });
+        let (plans, _) = tick(&mut p, 0, &[bulk(0, 1), TenantStats { qps: 8, ewma_msg_bytes: 128.0, ..ping(1) }]);
+        assert_eq!((plans[0].max_active_qps, plans[1].max_active_qps), (1, 5));
+        // The caps (allowed sets) are recomputed every 10 ms only.
+        let (plans, _) = tick(&mut p, 5_000_000, &[bulk(0, 1), TenantStats { ewma_msg_bytes: 16.0, ..ping(1) }]);
+        assert_eq!(plans[1].max_active_qps, 5);
+        let (plans, _) = tick(&mut p, 10_000_000, &[bulk(0, 1), TenantStats { ewma_msg_bytes: 16.0, ..ping(1) }]);
+        assert_eq!(plans[1].max_active_qps, 9);
+    }
+
+    #[test]
+    fn reclassified_every_classify_interval() {
+        let mut p = Perf::default();
+        let (plans, _) = tick(&mut p, 0, &[bulk(0, 1)]);
+        assert_eq!(plans[0].class, TenantClass::Bandwidth);
+        // Small messages now: the class holds until the 5 ms period ends,
+        // then follows what the whole period showed.
+        let (plans, _) = tick(&mut p, 1_000_000, &[ping(0)]);
+        assert_eq!(plans[0].class, TenantClass::Bandwidth);
+        let (plans, _) = tick(&mut p, 5_000_000, &[ping(0)]);
+        assert_eq!(plans[0].class, TenantClass::DelaySensitive);
+    }
+
+    #[test]
+    fn time_slices_more_than_four_bandwidth_tenants_beside_a_sensitive_one() {
+        let mut p = Perf::default();
+        let mut stats: Vec<TenantStats> = (0..6).map(|t| bulk(t, 1)).collect();
+        stats.push(ping(6));
+        let (_, pacing) = tick(&mut p, 0, &stats);
+        let running: Vec<usize> = (0..6).filter(|&i| pacing[i].paused == 0).collect();
+        assert_eq!(running, [0], "one bandwidth tenant at a time");
+        assert_eq!(pacing[6].paused, 0, "the sensitive tenant runs");
+        let (_, pacing) = tick(&mut p, 100_000_000, &stats);
+        assert_eq!((0..6).filter(|&i| pacing[i].paused == 0).collect::<Vec<_>>(), [1], "rotates every 100 ms");
+        // Four bandwidth tenants, or no sensitive one: nobody paused.
+        let (_, pacing) = tick(&mut Perf::default(), 0, &stats[2..]);
+        assert!(pacing[..5].iter().all(|x| x.paused == 0));
+        let (_, pacing) = tick(&mut Perf::default(), 0, &stats[..6]);
+        assert!(pacing[..6].iter().all(|x| x.paused == 0));
+    }
+
+    #[test]
+    fn the_optional_token_bucket_paces_bandwidth_tenants_by_weight() {
+        let (_, pacing) = tick(&mut Perf::default(), 0, &[bulk(0, 2), ping(1)]);
+        assert_eq!(pacing[0], Pacing::UNLIMITED, "off by default");
+        let rate = 1_000_000_000;
+        let mut p = Perf::new(PerfParams { rate_bytes_per_s: rate, ..PerfParams::default() });
+        let (_, pacing) = tick(&mut p, 0, &[bulk(0, 2), ping(1)]);
+        assert_eq!(pacing[0], Pacing::rate(2 * rate, 4 << 20));
+        assert_eq!(pacing[1], Pacing::UNLIMITED, "sensitive tenants are not paced");
+        assert!(pacing.iter().all(|x| x.validate().is_ok()));
+    }
+}
