@@ -21,7 +21,7 @@ pub mod passthrough;
 pub mod perf;
 pub mod wasm;
 
-use perf_policy_sdk::{Pacing, Policy, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats};
+use perf_policy_sdk::{Pacing, Policy, Rejection, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats};
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
 /// Counters of the policy host.
@@ -55,6 +55,17 @@ pub struct ExitInfo {
 enum Hosted {
     Native(Box<dyn Policy + Send>),
     Wasm(Box<WasmPolicy>),
+}
+
+/// The first of a wasm policy's per-tenant records that `validate`
+/// rejects, as the fault that drops the module (`"{what} of tenant i"`).
+fn first_invalid<T>(what: &str, records: &[T], validate: impl Fn(&T) -> Result<(), Rejection>) -> Result<(), Fault> {
+    match records.iter().enumerate().find_map(|(i, r)| validate(r).err().map(|e| (i, e))) {
+        None => Ok(()),
+        Some((i, e)) => {
+            Err(Fault { kind: FaultKind::InvalidDecision, message: format!("{what} of tenant {i}: {e:?}") })
+        }
+    }
 }
 
 /// Runs one policy and checks its answers.
@@ -271,15 +282,8 @@ impl PolicyHost {
         match &mut self.policy {
             Hosted::Native(p) => p.on_tick(now_ns, stats, plans),
             Hosted::Wasm(w) => {
-                let res = w.on_tick(now_ns, stats, plans).and_then(|()| {
-                    match plans.iter().enumerate().find_map(|(i, p)| p.validate().err().map(|e| (i, e))) {
-                        None => Ok(()),
-                        Some((i, e)) => Err(Fault {
-                            kind: FaultKind::InvalidDecision,
-                            message: format!("plan of tenant {i}: {e:?}"),
-                        }),
-                    }
-                });
+                let res =
+                    w.on_tick(now_ns, stats, plans).and_then(|()| first_invalid("plan", plans, TenantPlan::validate));
                 if let Err(f) = res {
                     if f.kind == FaultKind::InvalidDecision {
                         self.counters.rejections += 1;
@@ -314,15 +318,7 @@ impl PolicyHost {
         match &mut self.policy {
             Hosted::Native(p) => p.on_pacing(now_ns, pacing),
             Hosted::Wasm(w) => {
-                let res = w.read_pacing(pacing).and_then(|()| {
-                    match pacing.iter().enumerate().find_map(|(i, p)| p.validate().err().map(|e| (i, e))) {
-                        None => Ok(()),
-                        Some((i, e)) => Err(Fault {
-                            kind: FaultKind::InvalidDecision,
-                            message: format!("pacing of tenant {i}: {e:?}"),
-                        }),
-                    }
-                });
+                let res = w.read_pacing(pacing).and_then(|()| first_invalid("pacing", pacing, Pacing::validate));
                 if let Err(f) = res {
                     if f.kind == FaultKind::InvalidDecision {
                         self.counters.rejections += 1;

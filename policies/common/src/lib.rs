@@ -34,3 +34,41 @@ mod tests {
         assert_eq!(chunk_granule(u64::MAX), 1 << 30);
     }
 }
+
+/// Per-tick statistics of the paper's tenant classes, for tests and
+/// examples of the policies built on this crate.
+pub mod fixtures {
+    use perf_policy_sdk::TenantStats;
+
+    /// A B_App: `qps` QPs all backlogged with 1 MB WRITEs.
+    pub fn bulk(tenant: u32, qps: u32, weight: u32) -> TenantStats {
+        TenantStats {
+            tenant,
+            qps,
+            backlogged_qps: qps,
+            max_depth: 128,
+            ewma_msg_bytes: 1048576.0,
+            max_msg_bytes: 1048576,
+            completed: 10,
+            weight,
+            ..TenantStats::ZERO
+        }
+    }
+
+    /// A D_App: one 16 B WRITE at a time, 100 completions of
+    /// `latency_ns` mean this tick.
+    pub fn ping(tenant: u32, latency_ns: u64) -> TenantStats {
+        TenantStats {
+            tenant,
+            qps: 1,
+            backlogged_qps: 1,
+            max_depth: 1,
+            ewma_msg_bytes: 16.0,
+            max_msg_bytes: 16,
+            completed: 100,
+            mean_latency_ns: latency_ns,
+            weight: 1,
+            ..TenantStats::ZERO
+        }
+    }
+}

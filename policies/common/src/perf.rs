@@ -396,34 +396,15 @@ impl Policy for Perf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use std::vec::Vec;
 
     fn bulk(tenant: u32, weight: u32) -> TenantStats {
-        TenantStats {
-            tenant,
-            qps: 1,
-            backlogged_qps: 1,
-            max_depth: 128,
-            ewma_msg_bytes: 1048576.0,
-            max_msg_bytes: 1048576,
-            completed: 10,
-            weight,
-            ..TenantStats::ZERO
-        }
+        fixtures::bulk(tenant, 1, weight)
     }
 
     fn ping(tenant: u32) -> TenantStats {
-        TenantStats {
-            tenant,
-            qps: 1,
-            backlogged_qps: 1,
-            max_depth: 1,
-            ewma_msg_bytes: 16.0,
-            max_msg_bytes: 16,
-            completed: 100,
-            weight: 1,
-            ..TenantStats::ZERO
-        }
+        fixtures::ping(tenant, 0)
     }
 
     fn tick(p: &mut Perf, now: u64, stats: &[TenantStats]) -> ([TenantPlan; 8], [Pacing; 8]) {

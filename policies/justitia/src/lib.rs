@@ -196,34 +196,10 @@ export_policy!(Justitia);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perf_policy_common::fixtures::{self, ping};
 
     fn bulk(tenant: u32) -> TenantStats {
-        TenantStats {
-            tenant,
-            qps: 1,
-            backlogged_qps: 1,
-            max_depth: 128,
-            ewma_msg_bytes: 1048576.0,
-            max_msg_bytes: 1048576,
-            completed: 10,
-            weight: 1,
-            ..TenantStats::ZERO
-        }
-    }
-
-    fn ping(tenant: u32, latency_ns: u64) -> TenantStats {
-        TenantStats {
-            tenant,
-            qps: 1,
-            backlogged_qps: 1,
-            max_depth: 1,
-            ewma_msg_bytes: 16.0,
-            max_msg_bytes: 16,
-            completed: 100,
-            mean_latency_ns: latency_ns,
-            weight: 1,
-            ..TenantStats::ZERO
-        }
+        fixtures::bulk(tenant, 1, 1)
     }
 
     #[test]

@@ -204,6 +204,7 @@ export_policy!(Slo);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perf_policy_common::fixtures;
 
     #[test]
     fn relaxes_under_target_and_backs_off_at_a_violation() {
@@ -250,28 +251,7 @@ mod tests {
 
     #[test]
     fn plans_follow_the_level_only_with_a_delay_sensitive_tenant() {
-        let bulk = TenantStats {
-            qps: 1,
-            backlogged_qps: 1,
-            max_depth: 128,
-            ewma_msg_bytes: 1048576.0,
-            max_msg_bytes: 1048576,
-            completed: 10,
-            weight: 1,
-            ..TenantStats::ZERO
-        };
-        let ping = TenantStats {
-            tenant: 1,
-            qps: 1,
-            backlogged_qps: 1,
-            max_depth: 1,
-            ewma_msg_bytes: 16.0,
-            max_msg_bytes: 16,
-            completed: 100,
-            mean_latency_ns: 1000,
-            weight: 1,
-            ..TenantStats::ZERO
-        };
+        let (bulk, ping) = (fixtures::bulk(0, 1, 1), fixtures::ping(1, 1000));
         let mut s = Slo::default();
         let mut plans = [TenantPlan::PASSTHROUGH; 2];
         for k in 1..=4 {

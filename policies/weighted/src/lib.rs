@@ -88,21 +88,8 @@ export_policy!(Weighted);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perf_policy_common::fixtures::bulk;
     use perf_policy_sdk::TenantClass;
-
-    fn bulk(tenant: u32, qps: u32, weight: u32) -> TenantStats {
-        TenantStats {
-            tenant,
-            qps,
-            backlogged_qps: qps,
-            max_depth: 128,
-            ewma_msg_bytes: 1048576.0,
-            max_msg_bytes: 1048576,
-            completed: 10,
-            weight,
-            ..TenantStats::ZERO
-        }
-    }
 
     #[test]
     fn chunks_follow_the_weights_per_active_qp() {
