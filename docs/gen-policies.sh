@@ -195,9 +195,9 @@ latency of a ping-pong is half the round trip; the policy controls the
 mean post-to-completion time, about a full round trip, against 3 us, a
 conservative mapping): `slo` keeps D's p99 at 2.04 us, within 3 us, and
 posts 290,672 zero-weight WRs against `perf`'s 311,152 (about 10 per
-chunk on average instead of 16: the ping-pong's post-to-completion time
-sits nearer the target than the sparse WRITEs of the trajectory above, so
-the controller stops earlier on the ladder), but B's throughput is the
+chunk on average instead of 16: with a ping-pong beside it the
+controller relaxes less than with the sparse WRITEs of the trajectory
+above), but B's throughput is the
 same 97.31 Gb/s. The numbers say why: B gets 97.31 Gb/s under `perf`,
 under `slo` and under hardware strict priority alike, against 97.73 Gb/s
 alone; so the 0.42 Gb/s missing is not the policy's doing but D's own
