@@ -1,7 +1,11 @@
 //! perf-runner: the command-line front end of PeRF-rs.
 
 mod calibrate_cmd;
+mod compare_cmd;
 mod devices_cmd;
+mod driver;
+mod output;
+mod plot;
 mod report;
 mod run_cmd;
 mod scenario;
@@ -29,6 +33,9 @@ enum Command {
     /// Runs a scenario on the simulated NIC through the dataplane under a
     /// policy and prints per-tenant results.
     Run(run_cmd::Args),
+    /// Runs one scenario (same seed) under several policies and hardware
+    /// modes, and each tenant group alone, and prints them side by side.
+    Compare(compare_cmd::Args),
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -49,6 +56,10 @@ enum PolicyCommand {
 }
 
 fn main() -> std::process::ExitCode {
+    // Logs go to stderr, filtered by RUST_LOG (warnings by default).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -67,6 +78,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
+        Command::Compare(a) => compare_cmd::run(a),
         Command::Policy(PolicyCommand::List) => {
             for (name, what) in perf_dataplane::policy::PolicyHost::BUILTINS {
                 println!("{name:<17} {what}");
