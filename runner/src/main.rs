@@ -5,6 +5,7 @@ mod compare_cmd;
 mod devices_cmd;
 mod driver;
 mod output;
+mod perftest_cmd;
 mod plot;
 mod report;
 mod run_cmd;
@@ -12,6 +13,8 @@ mod scenario;
 mod workload;
 
 use clap::{Parser, Subcommand};
+use perf_dataplane::perftest::TestOp;
+use perftest_cmd::Test;
 
 /// Runs PeRF-rs scenarios on the simulated (or a real) RNIC.
 #[derive(Parser)]
@@ -36,6 +39,24 @@ enum Command {
     /// Runs one scenario (same seed) under several policies and hardware
     /// modes, and each tenant group alone, and prints them side by side.
     Compare(compare_cmd::Args),
+    /// ib_write_bw on the simulator: perftest's flags and columns.
+    #[command(name = "write-bw")]
+    WriteBw(perftest_cmd::Args),
+    /// ib_write_lat on the simulator (latency is half the round trip).
+    #[command(name = "write-lat")]
+    WriteLat(perftest_cmd::Args),
+    /// ib_send_bw on the simulator.
+    #[command(name = "send-bw")]
+    SendBw(perftest_cmd::Args),
+    /// ib_send_lat on the simulator (latency is half the round trip).
+    #[command(name = "send-lat")]
+    SendLat(perftest_cmd::Args),
+    /// ib_read_bw on the simulator.
+    #[command(name = "read-bw")]
+    ReadBw(perftest_cmd::Args),
+    /// ib_read_lat on the simulator (latency is the whole READ).
+    #[command(name = "read-lat")]
+    ReadLat(perftest_cmd::Args),
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -79,6 +100,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::WriteBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Write),
+        Command::WriteLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Write),
+        Command::SendBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Send),
+        Command::SendLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Send),
+        Command::ReadBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Read),
+        Command::ReadLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Read),
         Command::Policy(PolicyCommand::List) => {
             for (name, what) in perf_dataplane::policy::PolicyHost::BUILTINS {
                 println!("{name:<17} {what}");
