@@ -89,3 +89,25 @@ proptest! {
         }
     }
 }
+
+/// docs/scenarios.md has a table row for every key the parser accepts.
+#[test]
+fn every_key_is_documented() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scenarios.md")).expect("doc");
+    for key in TOP_KEYS.iter().chain(TENANT_KEYS) {
+        assert!(doc.contains(&format!("| `{key}` |")), "docs/scenarios.md lacks a row for `{key}`");
+    }
+}
+
+/// The keys lists match what the parser accepts: each parses in place.
+#[test]
+fn key_lists_match_the_parser() {
+    for key in TENANT_KEYS {
+        let e = Scenario::parse(&format!("[[tenant]]\n{key} = []\n")).unwrap_err();
+        assert!(!e.message.contains("unknown field"), "{key}: {e}");
+    }
+    for key in TOP_KEYS.iter().filter(|k| **k != "tenant") {
+        let e = Scenario::parse(&format!("{key} = []\n")).unwrap_err();
+        assert!(!e.message.contains("unknown field"), "{key}: {e}");
+    }
+}
