@@ -82,7 +82,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if let Some(p) = &opts.progress {
             p.set_message(config.clone());
         }
-        let mut r = run_scenario_with(&sc, policy, &hw_mode, &opts).with_context(|| format!("configuration {config}"))?;
+        let mut r =
+            run_scenario_with(&sc, policy, &hw_mode, &opts).with_context(|| format!("configuration {config}"))?;
         r.config = config.clone();
         r.scenario = name.clone();
         runs.push(r);
@@ -126,9 +127,16 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
     }
     let mut s = String::new();
     let _ = writeln!(s, "scenario: {scenario}   (virtual time, same seed for every row)");
-    let _ = writeln!(s, "Gb/s: payload goodput; Mmsg/s: application messages; mean, p99: latency [us]; NIC: host 0 wire utilization;");
-    let _ = writeln!(s, "WQE/msg, call/msg: dataplane cost per application message (WQEs posted, policy hook calls: virtual time has");
-    let _ = writeln!(s, "no CPU time, so the loop's work is counted); alone:GROUP: that tenant group alone, passthrough");
+    let _ = writeln!(
+        s,
+        "Gb/s: payload goodput; Mmsg/s: application messages; mean, p99: latency [us]; NIC: host 0 wire utilization;"
+    );
+    let _ = writeln!(
+        s,
+        "WQE/msg, call/msg: dataplane cost per application message (WQEs posted, policy hook calls: virtual time has"
+    );
+    let _ =
+        writeln!(s, "no CPU time, so the loop's work is counted); alone:GROUP: that tenant group alone, passthrough");
     let cw = 36;
     let mut head1 = format!("{:<18}", "");
     let mut head2 = format!("{:<18}", "config");

@@ -108,11 +108,7 @@ fn latency_cdf(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)]) -
         .x_label_area_size(50)
         .y_label_area_size(70)
         .build_cartesian_2d((lo.max(1e-3)..hi).log_scale(), 0f64..1.0)?;
-    chart
-        .configure_mesh()
-        .x_desc("latency [us] (log scale)")
-        .y_desc("fraction of messages at or below")
-        .draw()?;
+    chart.configure_mesh().x_desc("latency [us] (log scale)").y_desc("fraction of messages at or below").draw()?;
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
@@ -157,7 +153,8 @@ fn lines(
     y_max: Option<f64>,
 ) -> anyhow::Result<()> {
     let x_hi = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(1e-3, f64::max);
-    let y_hi = y_max.unwrap_or_else(|| series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).fold(1e-3, f64::max) * 1.1);
+    let y_hi =
+        y_max.unwrap_or_else(|| series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).fold(1e-3, f64::max) * 1.1);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)

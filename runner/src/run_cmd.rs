@@ -122,7 +122,10 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
             window: (warm, end),
             duration_ns: end,
             // From the name, so a tenant alone draws what it draws beside others.
-            seed: spec.name.bytes().fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)),
+            seed: spec
+                .name
+                .bytes()
+                .fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)),
             bucket_ns: bucket,
             interval_ns: opts.hdr_interval_ns,
         };

@@ -225,7 +225,14 @@ fn compare_json_has_the_documented_shape_and_plots_have_their_series() {
     let (json, plots) = (d.join("c.json"), d.join("plots"));
     let table = stdout(
         bin()
-            .args(["compare", "runner/scenarios/b_single-d_single.toml", "--policies", "passthrough,perf", "--hw", "sp"])
+            .args([
+                "compare",
+                "runner/scenarios/b_single-d_single.toml",
+                "--policies",
+                "passthrough,perf",
+                "--hw",
+                "sp",
+            ])
             .arg("--json")
             .arg(&json)
             .arg("--plot")

@@ -211,8 +211,8 @@ impl TenantSpec {
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("reading scenario {}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading scenario {}: {e}", path.display()))?;
         Ok(Self::parse_named(&path.display().to_string(), &text)?)
     }
 
