@@ -57,6 +57,12 @@ enum Command {
     /// ib_read_lat on the simulator (latency is the whole READ).
     #[command(name = "read-lat")]
     ReadLat(perftest_cmd::Args),
+    /// Prints a shell completion script: `perf-runner completions bash >
+    /// /etc/bash_completion.d/perf-runner` (also zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -100,6 +106,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "perf-runner", &mut std::io::stdout());
+            Ok(())
+        }
         Command::WriteBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Write),
         Command::WriteLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Write),
         Command::SendBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Send),

@@ -316,3 +316,17 @@ fn open_loop_tenant_gets_its_rate_and_phases_bound_a_tenant() {
     let g = p["gbps"].as_f64().expect("gbps");
     assert!((85.0..100.0).contains(&g), "phased tenant {g} Gb/s over its phase");
 }
+
+#[test]
+fn completions_and_help_name_the_commands_and_perftest_flags() {
+    let bash = stdout(bin().args(["completions", "bash"]));
+    for cmd in ["compare", "write-bw", "read-lat", "--report_gbits", "--hdr-log"] {
+        assert!(bash.contains(cmd), "bash completions lack {cmd}");
+    }
+    let help = stdout(bin().args(["write-bw", "--help"]));
+    for flag in
+        ["-s, --size", "-q, --qp", "-l, --post_list", "-t, --tx-depth", "-n, --iters", "-D, --duration", "-a, --all"]
+    {
+        assert!(help.contains(flag), "write-bw --help lacks {flag}:\n{help}");
+    }
+}
