@@ -72,6 +72,9 @@ pub struct TenantReport {
     /// Interval histograms (for `--hdr-log`; not in JSON).
     #[serde(skip)]
     pub intervals: Option<Intervals>,
+    /// Measurement window and posting phase, ns (for plots; not in JSON).
+    #[serde(skip)]
+    pub window_phase_ns: ((u64, u64), (u64, u64)),
 }
 
 impl TenantReport {
@@ -91,6 +94,7 @@ impl TenantReport {
             hist: Some(r.hist.clone()),
             timeline: r.timeline.clone(),
             intervals: r.intervals.clone(),
+            window_phase_ns: (r.window_ns, r.phase_ns),
         }
     }
 
@@ -131,6 +135,7 @@ impl TenantReport {
             hist,
             timeline,
             intervals: None,
+            window_phase_ns: members.first().map_or(((0, 0), (0, 0)), |m| m.window_phase_ns),
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct TenantResult {
     /// The window the rates are over, ns: the run's window clipped to the
     /// tenant's phase.
     pub window_ns: (u64, u64),
+    /// When the tenant posts, ns: `[start, stop)`.
+    pub phase_ns: (u64, u64),
     /// Completions over time.
     pub timeline: Timeline,
     /// Interval histograms, when asked for.
@@ -182,6 +184,7 @@ impl TenantApp {
                 errors: 0,
                 dropped: 0,
                 window_ns: window,
+                phase_ns: phase,
                 timeline: Timeline::new(setup.bucket_ns, buckets),
                 intervals: setup.interval_ns.map(|i| Intervals { interval_ns: i.max(1), hists: Vec::new() }),
             },

@@ -303,7 +303,11 @@ fn open_loop_tenant_gets_its_rate_and_phases_bound_a_tenant() {
          [[tenant]]\nname = 'P'\nkind = 'bw'\nsize = 65536\nstart_ms = 10\nstop_ms = 15\n",
     )
     .expect("write");
-    stdout(bin().arg("run").arg(&sc).args(["--quiet", "--json"]).arg(&json));
+    stdout(bin().arg("run").arg(&sc).args(["--quiet", "--json"]).arg(&json).arg("--plot").arg(d.join("plots")));
+    let thr = svg_texts(&d.join("plots/throughput-passthrough.svg"));
+    for marker in ["measurement starts", "P starts", "P stops", "O", "P"] {
+        assert!(thr.iter().any(|t| t == marker), "throughput plot lacks {marker:?}: {thr:?}");
+    }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
     let (o, p) = (&r["tenants"][0], &r["tenants"][1]);
     let mpps = o["mpps"].as_f64().expect("mpps");

@@ -54,29 +54,8 @@ fn phases_open_loop_sizes_and_counts_parse() {
 
 /// Pieces of scenario-like text: right and wrong keys, values and headers.
 fn fragment() -> impl Strategy<Value = String> {
-    let keys = prop::sample::select(vec![
-        "name",
-        "kind",
-        "op",
-        "size",
-        "qps",
-        "depth",
-        "post_list",
-        "tc",
-        "weight",
-        "start_ms",
-        "stop_ms",
-        "rate_per_s",
-        "count",
-        "seed",
-        "duration_ms",
-        "warmup_ms",
-        "profile",
-        "szie",
-        "qp",
-        "x",
-        "",
-    ]);
+    let typos = ["szie", "qp", "x", ""];
+    let keys = prop::sample::select(TOP_KEYS.iter().chain(TENANT_KEYS).chain(&typos).copied().collect::<Vec<_>>());
     let values = prop::sample::select(vec![
         "1",
         "0",
