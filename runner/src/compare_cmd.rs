@@ -77,10 +77,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let groups = if a.no_alone { Vec::new() } else { sc.groups() };
     let opts = a.out.run_options(&sc, configs.len() + groups.len());
     let mut runs = Vec::new();
-    for (config, policy, hw) in &configs {
+    let total = configs.len() + groups.len();
+    for (i, (config, policy, hw)) in configs.iter().enumerate() {
         let hw_mode = parse_hw(hw)?;
         if let Some(p) = &opts.progress {
-            p.set_message(config.clone());
+            p.set_message(format!("{config} ({}/{total})", i + 1));
         }
         let mut r =
             run_scenario_with(&sc, policy, &hw_mode, &opts).with_context(|| format!("configuration {config}"))?;
@@ -88,9 +89,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         r.scenario = name.clone();
         runs.push(r);
     }
-    for (group, first) in groups {
+    for (i, (group, first)) in groups.into_iter().enumerate() {
         if let Some(p) = &opts.progress {
-            p.set_message(format!("alone:{group}"));
+            p.set_message(format!("alone:{group} ({}/{total})", configs.len() + i + 1));
         }
         let mut r = run_scenario_with(&sc.alone(first), "passthrough", &parse_hw("rr")?, &opts)
             .with_context(|| format!("{group} alone"))?;

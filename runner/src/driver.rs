@@ -76,6 +76,7 @@ pub fn drive(
     progress: &ProgressBar,
 ) -> Result<(), AppError> {
     let mut wakes = 0u64;
+    progress.set_position(0);
     loop {
         let mut progressed = true;
         while progressed {

@@ -55,7 +55,9 @@ impl OutputArgs {
         // take a fraction of a second; this is only for the bar).
         let long = runs as f64 * sc.duration_ms * sc.tenants.len() as f64 > 200.0;
         let progress = (!self.quiet && long && std::io::stdout().is_terminal()).then(|| {
-            let total = runs as u64 * (sc.duration_ms as u64 + 1);
+            // One run at a time: the bar restarts with each (`run_scenario_with`
+            // moves it through the run's virtual ms).
+            let total = sc.duration_ms as u64 + 1;
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {msg} ({eta} left)") {
                 bar.set_style(style);
@@ -118,11 +120,14 @@ pub fn csv(runs: &[Report]) -> anyhow::Result<String> {
     w.write_record(CSV_HEADER)?;
     for r in runs {
         for t in &r.tenants {
-            let mut rows = vec![(r.config.clone(), t)];
+            let mut rows = vec![(r.config.clone(), t, true)];
             if let Some(a) = &t.alone {
-                rows.push((format!("alone:{}", t.name), a.as_ref()));
+                rows.push((format!("alone:{}", t.name), a.as_ref(), false));
             }
-            for (config, t) in rows {
+            // The NIC and cost columns are the run's; an alone figure of
+            // `run --alone` leaves them empty (it was its own run).
+            for (config, t, own) in rows {
+                let run_col = |x: f64| if own { format!("{x:.4}") } else { String::new() };
                 let l = &t.latency_us;
                 let rec: Vec<String> = vec![
                     config,
@@ -139,10 +144,10 @@ pub fn csv(runs: &[Report]) -> anyhow::Result<String> {
                     format!("{:.4}", l.p99),
                     format!("{:.4}", l.p999),
                     format!("{:.4}", l.max),
-                    format!("{:.4}", r.rnic.utilization),
-                    format!("{:.4}", r.rnic.wire_payload_gbps),
-                    format!("{:.4}", r.cost.wqes_per_msg),
-                    format!("{:.4}", r.cost.policy_calls_per_msg),
+                    run_col(r.rnic.utilization),
+                    run_col(r.rnic.wire_payload_gbps),
+                    run_col(r.cost.wqes_per_msg),
+                    run_col(r.cost.policy_calls_per_msg),
                 ];
                 w.write_record(&rec)?;
             }
