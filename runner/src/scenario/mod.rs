@@ -248,6 +248,9 @@ impl Scenario {
         }
         for (i, t) in self.tenants.iter().enumerate() {
             let bad = |key, m: String| Err((Some(i), key, format!("tenant {:?}: {m}", t.name)));
+            if self.tenants[..i].iter().any(|u| u.name == t.name) {
+                return bad("name", "another tenant has this name (reports tell tenants apart by name)".into());
+            }
             if !(1..=4096).contains(&t.qps) {
                 return bad("qps", "must be 1 to 4096".into());
             }

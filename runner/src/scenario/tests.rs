@@ -29,6 +29,9 @@ fn bad_values_name_tenant_key_and_line() {
     assert!(e.message.contains("\"a\""), "{e}");
     let e = Scenario::parse("[[tenant]]\nname='a'\nkind='bw'\nsize='big'\n").unwrap_err();
     assert_eq!((e.line, e.key.as_str()), (4, "size"), "{e}");
+    let e = Scenario::parse("[[tenant]]\nname='a'\nkind='bw'\nsize=1\n[[tenant]]\nname='a'\nkind='bw'\nsize=1\n")
+        .unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (6, "name"), "{e}");
     let e = Scenario::parse("[[tenant]]\nname='a'\nkind='open'\nsize=16\n").unwrap_err();
     assert_eq!(e.key, "rate_per_s", "{e}");
     assert_eq!(e.line, 1, "a default names the tenant's header: {e}");
