@@ -75,6 +75,11 @@ cat <<'HDR'
 The NIC round-robins QPs, so without isolation the multi-QP tenant's share
 grows with its QP count; `perf` caps active QPs per tenant and rotates the
 rest in through in-NIC hand-offs. One scenario file per QP count.
+With 10 or 20 QPs of 128 outstanding 1 MB messages each, the multi-QP
+tenant has more bytes in flight than the 50 ms window moves, so its
+completion-counted Gb/s is coarse: completions bunch, and over one window
+the count can even read above the line rate (alone with 20 QPs); the NIC
+column shows the link itself stays busy.
 
 HDR
 for q in 1 2 5 10 20; do

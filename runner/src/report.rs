@@ -79,7 +79,7 @@ pub struct TenantReport {
 
 impl TenantReport {
     /// Summarises a tenant's result over its measurement window.
-    pub fn new(name: &str, group: &str, r: &TenantResult) -> Self {
+    pub fn new(name: &str, group: &str, r: TenantResult) -> Self {
         let window_ns = r.window_ns.1.saturating_sub(r.window_ns.0).max(1);
         TenantReport {
             name: name.to_string(),
@@ -91,10 +91,10 @@ impl TenantReport {
             dropped: r.dropped,
             latency_us: LatencyUs::of(&r.hist),
             alone: None,
-            hist: Some(r.hist.clone()),
-            timeline: r.timeline.clone(),
-            intervals: r.intervals.clone(),
             window_phase_ns: (r.window_ns, r.phase_ns),
+            hist: Some(r.hist),
+            timeline: r.timeline,
+            intervals: r.intervals,
         }
     }
 

@@ -146,8 +146,13 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
     }
     let nic = fabric.counters(0);
-    let reports: Vec<TenantReport> =
-        tenants.iter().map(|t| TenantReport::new(t.name(), t.group(), t.result())).collect();
+    let reports: Vec<TenantReport> = tenants
+        .into_iter()
+        .map(|t| {
+            let (name, group, result) = t.into_result();
+            TenantReport::new(&name, &group, result)
+        })
+        .collect();
     let total = end + 1_000_000;
     let dataplane = dp.counters();
     let policy_counters = dp.policy().counters;

@@ -196,19 +196,9 @@ impl TenantApp {
         app
     }
 
-    /// The tenant's name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// The tenant's group (its `[[tenant]]` entry).
-    pub fn group(&self) -> &str {
-        &self.spec.group
-    }
-
-    /// Results so far.
-    pub fn result(&self) -> &TenantResult {
-        &self.result
+    /// The tenant's name, group and results, ending the app.
+    pub fn into_result(self) -> (String, String, TenantResult) {
+        (self.spec.name, self.spec.group, self.result)
     }
 
     fn now(&self) -> u64 {
