@@ -1,13 +1,20 @@
 //! perf-runner: the command-line front end of PeRF-rs.
 
 mod calibrate_cmd;
+mod compare_cmd;
 mod devices_cmd;
+mod driver;
+mod output;
+mod perftest_cmd;
+mod plot;
 mod report;
 mod run_cmd;
 mod scenario;
 mod workload;
 
 use clap::{Parser, Subcommand};
+use perf_dataplane::perftest::TestOp;
+use perftest_cmd::Test;
 
 /// Runs PeRF-rs scenarios on the simulated (or a real) RNIC.
 #[derive(Parser)]
@@ -29,6 +36,33 @@ enum Command {
     /// Runs a scenario on the simulated NIC through the dataplane under a
     /// policy and prints per-tenant results.
     Run(run_cmd::Args),
+    /// Runs one scenario (same seed) under several policies and hardware
+    /// modes, and each tenant group alone, and prints them side by side.
+    Compare(compare_cmd::Args),
+    /// ib_write_bw on the simulator: perftest's flags and columns.
+    #[command(name = "write-bw")]
+    WriteBw(perftest_cmd::Args),
+    /// ib_write_lat on the simulator (latency is half the round trip).
+    #[command(name = "write-lat")]
+    WriteLat(perftest_cmd::Args),
+    /// ib_send_bw on the simulator.
+    #[command(name = "send-bw")]
+    SendBw(perftest_cmd::Args),
+    /// ib_send_lat on the simulator (latency is half the round trip).
+    #[command(name = "send-lat")]
+    SendLat(perftest_cmd::Args),
+    /// ib_read_bw on the simulator.
+    #[command(name = "read-bw")]
+    ReadBw(perftest_cmd::Args),
+    /// ib_read_lat on the simulator (latency is the whole READ).
+    #[command(name = "read-lat")]
+    ReadLat(perftest_cmd::Args),
+    /// Prints a shell completion script: `perf-runner completions bash >
+    /// /etc/bash_completion.d/perf-runner` (also zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -49,6 +83,10 @@ enum PolicyCommand {
 }
 
 fn main() -> std::process::ExitCode {
+    // Logs go to stderr, filtered by RUST_LOG (warnings by default).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -67,6 +105,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
+        Command::Compare(a) => compare_cmd::run(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "perf-runner", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::WriteBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Write),
+        Command::WriteLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Write),
+        Command::SendBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Send),
+        Command::SendLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Send),
+        Command::ReadBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Read),
+        Command::ReadLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Read),
         Command::Policy(PolicyCommand::List) => {
             for (name, what) in perf_dataplane::policy::PolicyHost::BUILTINS {
                 println!("{name:<17} {what}");

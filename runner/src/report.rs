@@ -7,10 +7,13 @@ use perf_dataplane::engine::DataplaneCounters;
 use perf_dataplane::policy::PolicyCounters;
 use serde::Serialize;
 
-use crate::workload::TenantResult;
+use hdrhistogram::Histogram;
+
+use crate::driver::NicTimeline;
+use crate::workload::{Intervals, TenantResult, Timeline};
 
 /// Latency summary in microseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LatencyUs {
     /// Mean.
     pub mean: f64,
@@ -24,11 +27,27 @@ pub struct LatencyUs {
     pub max: f64,
 }
 
+impl LatencyUs {
+    /// The summary of a histogram in ps.
+    pub fn of(h: &Histogram<u64>) -> Self {
+        let us = |ps: f64| ps / 1e6;
+        LatencyUs {
+            mean: us(h.mean()),
+            p50: us(h.value_at_quantile(0.5) as f64),
+            p99: us(h.value_at_quantile(0.99) as f64),
+            p999: us(h.value_at_quantile(0.999) as f64),
+            max: us(h.max() as f64),
+        }
+    }
+}
+
 /// One tenant's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct TenantReport {
     /// Tenant name.
     pub name: String,
+    /// Its `[[tenant]]` entry (the name, unless the entry has `count > 1`).
+    pub group: String,
     /// Payload goodput, 10^9 bit/s.
     pub gbps: f64,
     /// Application messages per second, millions.
@@ -37,32 +56,86 @@ pub struct TenantReport {
     pub completed: u64,
     /// Completions with an error status.
     pub errors: u64,
+    /// Open-loop arrivals dropped because the application backlog was full.
+    pub dropped: u64,
     /// Latency (half round trip for lat WRITE/SEND tenants).
     pub latency_us: LatencyUs,
     /// The same tenant alone, if measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alone: Option<Box<TenantReport>>,
+    /// Latency histogram in ps (for CDF plots and logs; not in JSON).
+    #[serde(skip)]
+    pub hist: Option<Histogram<u64>>,
+    /// Completions over the whole run (for plots; not in JSON).
+    #[serde(skip)]
+    pub timeline: Timeline,
+    /// Interval histograms (for `--hdr-log`; not in JSON).
+    #[serde(skip)]
+    pub intervals: Option<Intervals>,
+    /// Measurement window and posting phase, ns (for plots; not in JSON).
+    #[serde(skip)]
+    pub window_phase_ns: ((u64, u64), (u64, u64)),
 }
 
 impl TenantReport {
-    /// Summarises a tenant's result over a window of `window_ns`.
-    pub fn new(name: &str, r: &TenantResult, window_ns: u64) -> Self {
-        let us = |ps: f64| ps / 1e6;
-        let h = &r.hist;
+    /// Summarises a tenant's result over its measurement window.
+    pub fn new(name: &str, group: &str, r: TenantResult) -> Self {
+        let window_ns = r.window_ns.1.saturating_sub(r.window_ns.0).max(1);
         TenantReport {
             name: name.to_string(),
+            group: group.to_string(),
             gbps: r.bytes as f64 * 8.0 / window_ns as f64,
             mpps: r.messages as f64 * 1e3 / window_ns as f64,
             completed: r.messages,
             errors: r.errors,
-            latency_us: LatencyUs {
-                mean: us(h.mean()),
-                p50: us(h.value_at_quantile(0.5) as f64),
-                p99: us(h.value_at_quantile(0.99) as f64),
-                p999: us(h.value_at_quantile(0.999) as f64),
-                max: us(h.max() as f64),
-            },
+            dropped: r.dropped,
+            latency_us: LatencyUs::of(&r.hist),
             alone: None,
+            window_phase_ns: (r.window_ns, r.phase_ns),
+            hist: Some(r.hist),
+            timeline: r.timeline,
+            intervals: r.intervals,
+        }
+    }
+
+    /// The sum of a group's tenants: rates add up, latency merges.
+    pub fn merge(group: &str, members: &[&TenantReport]) -> Self {
+        let mut hist: Option<Histogram<u64>> = None;
+        for m in members {
+            if let Some(h) = &m.hist {
+                match &mut hist {
+                    None => hist = Some(h.clone()),
+                    // Same bounds on both sides, so adding cannot fail.
+                    Some(acc) => {
+                        let _ = acc.add(h);
+                    }
+                }
+            }
+        }
+        let mut timeline = members.first().map(|m| m.timeline.clone()).unwrap_or_default();
+        for m in members.iter().skip(1) {
+            for (a, b) in timeline.bytes.iter_mut().zip(&m.timeline.bytes) {
+                *a += b;
+            }
+            for (a, b) in timeline.messages.iter_mut().zip(&m.timeline.messages) {
+                *a += b;
+            }
+        }
+        let name = if members.len() == 1 { members[0].name.clone() } else { format!("{group} (x{})", members.len()) };
+        TenantReport {
+            name,
+            group: group.to_string(),
+            gbps: members.iter().map(|m| m.gbps).sum(),
+            mpps: members.iter().map(|m| m.mpps).sum(),
+            completed: members.iter().map(|m| m.completed).sum(),
+            errors: members.iter().map(|m| m.errors).sum(),
+            dropped: members.iter().map(|m| m.dropped).sum(),
+            latency_us: hist.as_ref().map_or_else(LatencyUs::default, LatencyUs::of),
+            alone: members.first().and_then(|m| m.alone.clone()),
+            hist,
+            timeline,
+            intervals: None,
+            window_phase_ns: members.first().map_or(((0, 0), (0, 0)), |m| m.window_phase_ns),
         }
     }
 }
@@ -78,6 +151,32 @@ pub struct RnicReport {
     pub sched_turns: u64,
     /// Control WQEs (WAIT, SEND_ENABLE, NOP) executed.
     pub ctrl_wqes: u64,
+}
+
+/// The dataplane's work per completed application message. In virtual
+/// time there is no CPU time to measure, so the cost is counted in the
+/// work the loop does: WQEs it posts, doorbells it rings, and policy hook
+/// calls it makes, each divided by the application messages completed.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CostReport {
+    /// WQEs posted (data, zero-weight, control hand-offs) per message.
+    pub wqes_per_msg: f64,
+    /// Doorbells (post lists) per message.
+    pub doorbells_per_msg: f64,
+    /// Policy hook calls per message.
+    pub policy_calls_per_msg: f64,
+}
+
+impl CostReport {
+    /// The cost of a run from its counters.
+    pub fn new(d: &DataplaneCounters, p: &PolicyCounters) -> Self {
+        let per = |x: u64| if d.completions > 0 { x as f64 / d.completions as f64 } else { 0.0 };
+        CostReport {
+            wqes_per_msg: per(d.wqes_posted),
+            doorbells_per_msg: per(d.doorbells),
+            policy_calls_per_msg: per(p.calls),
+        }
+    }
 }
 
 /// A whole run.
@@ -99,9 +198,37 @@ pub struct Report {
     pub dataplane: DataplaneCounters,
     /// The policy host.
     pub policy_counters: PolicyCounters,
+    /// The dataplane's work per application message.
+    pub cost: CostReport,
+    /// NIC utilization over time (for plots; not in JSON).
+    #[serde(skip)]
+    pub nic_timeline: NicTimeline,
+    /// Total virtual time run, ns.
+    pub duration_ns: u64,
 }
 
 impl Report {
+    /// The tenants merged by group (`[[tenant]]` entry), in order.
+    pub fn groups(&self) -> Vec<TenantReport> {
+        let mut names: Vec<&str> = Vec::new();
+        for t in &self.tenants {
+            if !names.contains(&t.group.as_str()) {
+                names.push(&t.group);
+            }
+        }
+        names
+            .iter()
+            .map(|g| {
+                let members: Vec<&TenantReport> = self.tenants.iter().filter(|t| t.group == *g).collect();
+                if members.len() == 1 {
+                    members[0].clone()
+                } else {
+                    TenantReport::merge(g, &members)
+                }
+            })
+            .collect()
+    }
+
     /// The human table.
     pub fn table(&self) -> String {
         let mut s = String::new();
@@ -111,7 +238,7 @@ impl Report {
             "{:<12} {:>8} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "tenant", "Gb/s", "Mmsg/s", "completed", "mean[us]", "p50[us]", "p99[us]", "p99.9[us]", "max[us]"
         );
-        for t in &self.tenants {
+        for t in &self.groups() {
             let l = &t.latency_us;
             let _ = writeln!(
                 s,
@@ -142,7 +269,7 @@ impl Report {
         let d = &self.dataplane;
         let _ = writeln!(
             s,
-            "rnic: utilization {:.3}, wire payload {:.2} Gb/s | dataplane: {} WQEs ({} data, {} zero-weight), {} hand-offs, {} hidden completions, {} refused",
+            "rnic: utilization {:.3}, wire payload {:.2} Gb/s | dataplane: {} WQEs ({} data, {} zero-weight), {} hand-offs, {} hidden completions, {} refused | cost per message: {:.2} WQEs, {:.2} policy calls",
             self.rnic.utilization,
             self.rnic.wire_payload_gbps,
             d.wqes_posted,
@@ -150,7 +277,9 @@ impl Report {
             d.zero_weight_wrs,
             d.handoffs,
             d.hidden_completions,
-            d.refused
+            d.refused,
+            self.cost.wqes_per_msg,
+            self.cost.policy_calls_per_msg
         );
         s
     }

@@ -4,15 +4,18 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig};
-use perf_dataplane::perftest::{run_virtual, App, Side};
+use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags};
 
-use crate::report::{Report, TenantReport};
-use crate::scenario::Scenario;
-use crate::workload::{PeerApp, TenantApp};
+use crate::driver::{drive, Actor, NicTimeline};
+use crate::output::OutputArgs;
+use crate::report::{CostReport, Report, TenantReport};
+use crate::scenario::{Kind, Scenario};
+use crate::workload::{PeerApp, TenantApp, TenantSetup};
 
 /// Flags of `run`.
 #[derive(clap::Args)]
@@ -34,9 +37,9 @@ pub struct Args {
     /// Also run each tenant alone (same seed) and report the ratios.
     #[arg(long)]
     alone: bool,
-    /// Write the report as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
+    /// Output files and terminal options.
+    #[command(flatten)]
+    out: OutputArgs,
 }
 
 /// Parses `--hw`.
@@ -55,8 +58,30 @@ pub fn parse_hw(s: &str) -> anyhow::Result<TcScheduler> {
     })
 }
 
-/// Runs one scenario under one configuration.
+/// How to run a scenario beyond policy and hardware mode.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Record interval histograms of this length (ns) for `--hdr-log`.
+    pub hdr_interval_ns: Option<u64>,
+    /// Progress of the run, in ms of virtual time (hidden when `None`).
+    pub progress: Option<ProgressBar>,
+}
+
+/// Width of the timeline buckets (throughput and utilization over time):
+/// a hundredth of the run, at least 10 us.
+pub fn bucket_ns(sc: &Scenario) -> u64 {
+    ((sc.duration_ms * 1e6) as u64 / 100).max(10_000)
+}
+
+/// Runs one scenario under one configuration (the plain form other
+/// commands and tests call).
+#[allow(dead_code)]
 pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Result<Report> {
+    run_scenario_with(sc, policy, hw, &RunOptions::default())
+}
+
+/// Runs one scenario under one configuration, with options.
+pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &RunOptions) -> anyhow::Result<Report> {
     let profile = RnicProfile::by_name(&sc.profile).with_context(|| {
         format!("key `profile`: unknown RNIC profile {:?} (known: {})", sc.profile, RnicProfile::NAMES.join(", "))
     })?;
@@ -64,18 +89,22 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
     let host = PolicyHost::load(policy).with_context(|| {
         format!("policy {policy:?}: not loadable (a built-in name, wasm:NAME or a .wasm file; see `perf-runner policy list`)")
     })?;
+    tracing::info!(policy, hw = ?hw, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, "run starts");
     let fabric = SimFabric::new(profile.clone(), 2, sc.seed, ClockMode::Virtual);
     fabric.set_tc_scheduler(0, hw.clone());
     fabric.set_tc_scheduler(1, hw.clone());
     let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::default())?;
     let warm = (sc.warmup_ms * 1e6) as u64;
     let end = (sc.duration_ms * 1e6) as u64;
+    let bucket = bucket_ns(sc);
     let mut tenants = Vec::new();
     let mut peers = Vec::new();
     for spec in &sc.tenants {
         let handle = dp.add_tenant(&spec.name, spec.weight)?;
         let t = handle.id;
-        let buf = 2 * spec.size as usize;
+        // A ping-pong sends from the first half and receives into the second.
+        let lat = spec.kind == Kind::Lat;
+        let buf = if lat { 2 * spec.size as usize } else { spec.size as usize };
         let mr = dp.reg_mr(t, buf)?;
         let mut side = Side::new(fabric.nic(1), spec.qps as usize, buf, spec.tc, spec.depth.clamp(16, 4096))?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -85,14 +114,26 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
             dp.connect_qp(t, index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
             connect::bring_up(&mut side.nic, peer_qp.handle, ep, access)?;
         }
-        let target = side.mr.remote(spec.size as usize);
+        let target = side.mr.remote(if lat { spec.size as usize } else { 0 });
         let remotes = vec![target; spec.qps as usize];
         let client_recv = mr.remote(spec.size as usize);
         peers.push(PeerApp::new(spec, side, client_recv));
-        tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), (warm, end)));
+        let setup = TenantSetup {
+            window: (warm, end),
+            duration_ns: end,
+            // From the name, so a tenant alone draws what it draws beside others.
+            seed: spec
+                .name
+                .bytes()
+                .fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)),
+            bucket_ns: bucket,
+            interval_ns: opts.hdr_interval_ns,
+        };
+        tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), &setup));
     }
+    let mut nic_timeline = NicTimeline::new(bucket);
     {
-        let mut apps: Vec<&mut dyn App> = Vec::new();
+        let mut apps: Vec<&mut dyn Actor> = Vec::new();
         for t in tenants.iter_mut() {
             apps.push(t);
         }
@@ -100,11 +141,22 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
         for p in peers.iter_mut() {
             apps.push(p);
         }
-        run_virtual(&fabric, &mut apps, end + 1_000_000).context("simulation failed")?;
+        let hidden = ProgressBar::hidden();
+        let progress = opts.progress.as_ref().unwrap_or(&hidden);
+        drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
     }
-    let window_ns = end - warm;
     let nic = fabric.counters(0);
-    let reports = tenants.iter().map(|t| TenantReport::new(t.name(), t.result(), window_ns)).collect();
+    let reports: Vec<TenantReport> = tenants
+        .into_iter()
+        .map(|t| {
+            let (name, group, result) = t.into_result();
+            TenantReport::new(&name, &group, result)
+        })
+        .collect();
+    let total = end + 1_000_000;
+    let dataplane = dp.counters();
+    let policy_counters = dp.policy().counters;
+    tracing::info!(policy, events = fabric.events_run(), "run done");
     Ok(Report {
         config: policy.to_string(),
         scenario: String::new(),
@@ -112,13 +164,16 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
         hw: format!("{hw:?}"),
         tenants: reports,
         rnic: crate::report::RnicReport {
-            utilization: nic.port.busy_ps as f64 / ((end + 1_000_000) as f64 * 1000.0),
-            wire_payload_gbps: nic.port.payload_bytes as f64 * 8.0 / (end + 1_000_000) as f64,
+            utilization: nic.port.busy_ps as f64 / (total as f64 * 1000.0),
+            wire_payload_gbps: nic.port.payload_bytes as f64 * 8.0 / total as f64,
             sched_turns: nic.sched.turns,
             ctrl_wqes: nic.sched.ctrl_wqes,
         },
-        dataplane: dp.counters(),
-        policy_counters: dp.policy().counters,
+        cost: CostReport::new(&dataplane, &policy_counters),
+        dataplane,
+        policy_counters,
+        nic_timeline,
+        duration_ns: total,
     })
 }
 
@@ -127,19 +182,28 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let sc = Scenario::load(&a.scenario)?;
     let hw = parse_hw(&a.hw)?;
     let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
-    let mut report = run_scenario(&sc, policy, &hw)?;
+    let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
+    let opts = a.out.run_options(&sc, runs);
+    let mut report = run_scenario_with(&sc, policy, &hw, &opts)?;
     report.scenario = a.scenario.display().to_string();
     if a.alone {
-        for i in 0..sc.tenants.len() {
-            let alone = run_scenario(&sc.alone(i), policy, &hw)?;
+        for (_, first) in sc.groups() {
+            let alone = run_scenario_with(&sc.alone(first), policy, &hw, &opts)?;
             if let Some(t) = alone.tenants.into_iter().next() {
-                report.tenants[i].alone = Some(Box::new(t));
+                report.tenants[first].alone = Some(Box::new(t));
             }
         }
     }
-    print!("{}", report.table());
-    if let Some(path) = a.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+    if let Some(p) = &opts.progress {
+        p.finish_and_clear();
+    }
+    if !a.out.quiet {
+        print!("{}", report.table());
+    }
+    let runs = [report];
+    a.out.write_files(&runs, None)?;
+    if let Some(path) = &a.out.json {
+        std::fs::write(path, serde_json::to_string_pretty(&runs[0])?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -165,5 +229,26 @@ mod tests {
         assert!(native.tenants.iter().all(|t| t.completed > 0));
         assert_eq!(wasm.policy_counters.fallbacks, 0);
         assert_eq!(wasm.policy_counters.traps, 0);
+    }
+
+    /// With nothing in flight, only the driver's timers wake a tenant that
+    /// starts late or an open-loop tenant between sparse arrivals.
+    #[test]
+    fn timers_wake_late_and_sparse_tenants_on_an_idle_nic() {
+        let sc = Scenario::parse(
+            "duration_ms = 40\nwarmup_ms = 1\n\
+             [[tenant]]\nname = 'late'\nkind = 'bw'\nsize = 4096\nstart_ms = 30\nstop_ms = 31\n\
+             [[tenant]]\nname = 'sparse'\nkind = 'open'\nrate_per_s = 5000\nsize = 64\n",
+        )
+        .expect("scenario");
+        let r = run_scenario(&sc, "passthrough", &parse_hw("rr").expect("rr")).expect("run");
+        let (late, sparse) = (&r.tenants[0], &r.tenants[1]);
+        assert!(late.completed > 100, "late tenant completed {}", late.completed);
+        // 5000/s over 39 ms: about 195 arrivals, each served at once.
+        assert!((150..=250).contains(&sparse.completed), "sparse tenant completed {}", sparse.completed);
+        assert!(sparse.latency_us.p50 < 2.5, "an idle NIC serves an arrival at once: {:?}", sparse.latency_us);
+        let start_bucket = (30_000_000 / late.timeline.bucket_ns) as usize;
+        let before: u64 = late.timeline.messages[..start_bucket].iter().sum();
+        assert_eq!(before, 0, "the late tenant posted before its start");
     }
 }

@@ -1,6 +1,11 @@
 //! Tenant traffic generators that run through the dataplane (the client
 //! side, on host 0) and the peer-side applications on host 1 that answer
-//! them, built from a scenario's tenants.
+//! them, built from a scenario's tenants. A tenant posts only inside its
+//! phase (`start_ms` .. `stop_ms`), measures inside the run's window, and
+//! also counts its completions in time buckets (throughput over time) and,
+//! on request, in interval histograms (for HdrHistogram logs).
+
+use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
 use perf_dataplane::engine::{CompletionKind, RequestOp, TenantHandle, WorkRequest};
@@ -9,8 +14,68 @@ use perf_dataplane::perftest::lat::{new_histogram, LatConfig, LatServer};
 use perf_dataplane::perftest::{App, AppError, Side, TestOp};
 use perf_dataplane::rnic::sim::SimRnic;
 use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic};
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
+use crate::driver::Actor;
 use crate::scenario::{Kind, TenantSpec};
+
+/// Arrivals of an open-loop tenant waiting in the application beyond this
+/// are dropped (and counted): the offered load exceeds what it gets.
+const MAX_BACKLOG: usize = 1 << 16;
+
+/// Completions counted per time bucket over the whole run.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// Bucket width, ns.
+    pub bucket_ns: u64,
+    /// Payload bytes completed in each bucket.
+    pub bytes: Vec<u64>,
+    /// Messages completed in each bucket.
+    pub messages: Vec<u64>,
+}
+
+impl Timeline {
+    /// An empty timeline of `buckets` buckets of `bucket_ns`.
+    pub fn new(bucket_ns: u64, buckets: usize) -> Self {
+        Timeline { bucket_ns: bucket_ns.max(1), bytes: vec![0; buckets], messages: vec![0; buckets] }
+    }
+
+    fn record(&mut self, at_ns: u64, bytes: u64) {
+        let i = (at_ns / self.bucket_ns) as usize;
+        if i < self.bytes.len() {
+            self.bytes[i] += bytes;
+            self.messages[i] += 1;
+        }
+    }
+
+    /// Goodput of each bucket, Gb/s.
+    pub fn gbps(&self) -> Vec<f64> {
+        self.bytes.iter().map(|&b| b as f64 * 8.0 / self.bucket_ns as f64).collect()
+    }
+}
+
+/// Latency histograms of consecutive intervals (ns), for interval logs.
+#[derive(Debug, Clone)]
+pub struct Intervals {
+    /// Interval length, ns.
+    pub interval_ns: u64,
+    /// `(interval start ns, histogram of latencies in ns)`, in time order.
+    pub hists: Vec<(u64, Histogram<u64>)>,
+}
+
+impl Intervals {
+    fn record(&mut self, at_ns: u64, lat_ns: u64) {
+        let start = at_ns / self.interval_ns * self.interval_ns;
+        if self.hists.last().is_none_or(|(s, _)| *s != start) {
+            self.hists.push((start, Histogram::new_with_bounds(1, 100_000_000, 3).expect("static bounds are valid")));
+        }
+        if let Some((_, h)) = self.hists.last_mut() {
+            // Clamped into the histogram's range, so recording cannot fail.
+            let _ = h.record(lat_ns.clamp(1, 100_000_000));
+        }
+    }
+}
 
 /// What a tenant measured.
 pub struct TenantResult {
@@ -22,6 +87,31 @@ pub struct TenantResult {
     pub hist: Histogram<u64>,
     /// Completions with an error status.
     pub errors: u64,
+    /// Open-loop arrivals dropped because the application backlog was full.
+    pub dropped: u64,
+    /// The window the rates are over, ns: the run's window clipped to the
+    /// tenant's phase.
+    pub window_ns: (u64, u64),
+    /// When the tenant posts, ns: `[start, stop)`.
+    pub phase_ns: (u64, u64),
+    /// Completions over time.
+    pub timeline: Timeline,
+    /// Interval histograms, when asked for.
+    pub intervals: Option<Intervals>,
+}
+
+/// What a tenant app needs beyond its spec.
+pub struct TenantSetup {
+    /// The run's measurement window, ns.
+    pub window: (u64, u64),
+    /// The run's total length, ns.
+    pub duration_ns: u64,
+    /// Seed of its size and arrival draws.
+    pub seed: u64,
+    /// Width of the timeline's buckets, ns.
+    pub bucket_ns: u64,
+    /// Interval of the interval histograms, ns, if wanted.
+    pub interval_ns: Option<u64>,
 }
 
 /// A tenant application on host 0.
@@ -31,7 +121,10 @@ pub struct TenantApp {
     mr: Mr,
     remotes: Vec<RemoteAddr>,
     nic: SimRnic,
+    /// Measure completions in `[window.0, window.1)`.
     window: (u64, u64),
+    /// Post in `[phase.0, phase.1)`.
+    phase: (u64, u64),
     outstanding: Vec<u32>,
     next_wr: u64,
     waiting: bool,
@@ -39,29 +132,39 @@ pub struct TenantApp {
     iter: u64,
     recv_posted: bool,
     failed: bool,
+    rng: ChaCha8Rng,
+    /// Open loop: the next arrival, ns.
+    next_arrival: u64,
+    /// Open loop: arrivals not yet posted.
+    backlog: VecDeque<u64>,
+    /// Open loop: arrival times of the posted messages, per QP, in order.
+    in_flight: Vec<VecDeque<u64>>,
+    next_qp: usize,
     result: TenantResult,
 }
 
 impl TenantApp {
-    /// A tenant over `handle` with buffer `mr` (at least twice `size`),
-    /// writing to `remotes[qp]` at the peer; it measures between `window`
-    /// ns and posts nothing after its end.
+    /// A tenant over `handle` with buffer `mr` (at least twice `size` for a
+    /// lat tenant, `size` otherwise), writing to `remotes[qp]` at the peer.
     pub fn new(
         spec: TenantSpec,
         handle: TenantHandle,
         mr: Mr,
         remotes: Vec<RemoteAddr>,
         nic: SimRnic,
-        window: (u64, u64),
+        setup: &TenantSetup,
     ) -> Self {
         let n = spec.qps as usize;
-        TenantApp {
-            spec,
+        let phase = spec.active_ns(setup.duration_ns as f64 / 1e6);
+        let window = (setup.window.0.max(phase.0), setup.window.1.min(phase.1).max(setup.window.0.max(phase.0)));
+        let buckets = setup.duration_ns.div_ceil(setup.bucket_ns.max(1)) as usize;
+        let mut app = TenantApp {
             handle,
             mr,
             remotes,
             nic,
             window,
+            phase,
             outstanding: vec![0; n],
             next_wr: 0,
             waiting: false,
@@ -69,26 +172,49 @@ impl TenantApp {
             iter: 0,
             recv_posted: false,
             failed: false,
-            result: TenantResult { messages: 0, bytes: 0, hist: new_histogram(), errors: 0 },
+            rng: ChaCha8Rng::seed_from_u64(setup.seed),
+            next_arrival: phase.0,
+            backlog: VecDeque::new(),
+            in_flight: vec![VecDeque::new(); n],
+            next_qp: 0,
+            result: TenantResult {
+                messages: 0,
+                bytes: 0,
+                hist: new_histogram(),
+                errors: 0,
+                dropped: 0,
+                window_ns: window,
+                phase_ns: phase,
+                timeline: Timeline::new(setup.bucket_ns, buckets),
+                intervals: setup.interval_ns.map(|i| Intervals { interval_ns: i.max(1), hists: Vec::new() }),
+            },
+            spec,
+        };
+        if app.spec.kind == Kind::Open {
+            app.next_arrival = phase.0 + app.interarrival_ns();
         }
+        app
     }
 
-    /// The tenant's name.
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
-    /// Results so far.
-    pub fn result(&self) -> &TenantResult {
-        &self.result
+    /// The tenant's name, group and results, ending the app.
+    pub fn into_result(self) -> (String, String, TenantResult) {
+        (self.spec.name, self.spec.group, self.result)
     }
 
     fn now(&self) -> u64 {
         self.nic.clock_ns()
     }
 
-    fn in_window(&self, t: u64) -> bool {
-        t >= self.window.0 && t < self.window.1
+    fn active(&self, t: u64) -> bool {
+        t >= self.phase.0 && t < self.phase.1 && !self.failed
+    }
+
+    /// An exponential inter-arrival time at the tenant's rate, ns (at least 1).
+    fn interarrival_ns(&mut self) -> u64 {
+        let rate = self.spec.rate_per_s.unwrap_or(1.0);
+        // A uniform draw in (0, 1].
+        let u = ((self.rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        ((-u.ln() / rate * 1e9) as u64).max(1)
     }
 
     fn op(&self, qp: usize) -> RequestOp {
@@ -100,29 +226,26 @@ impl TenantApp {
         }
     }
 
-    fn request(&mut self, qp: usize, op: RequestOp, offset: u64) -> WorkRequest {
+    fn request(&mut self, qp: usize, op: RequestOp, offset: u64, len: u32) -> WorkRequest {
         self.next_wr += 1;
-        WorkRequest {
-            wr_id: self.next_wr,
-            qp: qp as u32,
-            op,
-            mr: self.mr,
-            offset,
-            len: self.spec.size,
-            posted_ns: self.now(),
-        }
+        WorkRequest { wr_id: self.next_wr, qp: qp as u32, op, mr: self.mr, offset, len, posted_ns: self.now() }
     }
 
     fn record(&mut self, lat_ps: u64, bytes: u64, at: u64) {
-        if self.in_window(at) {
+        self.result.timeline.record(at, bytes);
+        if at >= self.window.0 && at < self.window.1 {
             self.result.messages += 1;
             self.result.bytes += bytes;
             // Clamped into the histogram's range, so recording cannot fail.
             let _ = self.result.hist.record(lat_ps.clamp(1, 100_000_000_000));
+            if let Some(iv) = &mut self.result.intervals {
+                iv.record(at, lat_ps / 1000);
+            }
         }
     }
 
-    fn poll_bw(&mut self) -> Result<bool, AppError> {
+    /// Takes completions of a bw or open tenant.
+    fn reap(&mut self) -> bool {
         let mut did = false;
         while let Some(c) = self.handle.poll() {
             did = true;
@@ -130,18 +253,30 @@ impl TenantApp {
                 self.result.errors += 1;
                 self.failed = true;
             }
-            self.outstanding[c.qp as usize] = self.outstanding[c.qp as usize].saturating_sub(1);
-            self.record((c.completed_ns - c.posted_ns) * 1000, c.byte_len as u64, c.completed_ns);
+            let qp = c.qp as usize;
+            self.outstanding[qp] = self.outstanding[qp].saturating_sub(1);
+            // Open loop: latency runs from the arrival, not the post.
+            let from = match self.in_flight[qp].pop_front() {
+                Some(arrival) if self.spec.kind == Kind::Open => arrival,
+                _ => c.posted_ns,
+            };
+            self.record(c.completed_ns.saturating_sub(from) * 1000, c.byte_len as u64, c.completed_ns);
         }
+        did
+    }
+
+    fn poll_bw(&mut self) -> Result<bool, AppError> {
+        let mut did = self.reap();
         // A tenant stops at its first error, as perftest does.
-        if self.now() >= self.window.1 || self.failed {
+        if !self.active(self.now()) {
             return Ok(did);
         }
         'qps: for qp in 0..self.spec.qps as usize {
             while self.outstanding[qp] + self.spec.post_list <= self.spec.depth {
                 for _ in 0..self.spec.post_list {
                     let op = self.op(qp);
-                    let wr = self.request(qp, op, 0);
+                    let len = self.spec.sizes.sample(&mut self.rng);
+                    let wr = self.request(qp, op, 0, len);
                     if self.handle.post(wr).is_err() {
                         break 'qps;
                     }
@@ -149,6 +284,42 @@ impl TenantApp {
                     did = true;
                 }
             }
+        }
+        Ok(did)
+    }
+
+    fn poll_open(&mut self) -> Result<bool, AppError> {
+        let mut did = self.reap();
+        let now = self.now();
+        while self.next_arrival <= now && self.next_arrival < self.phase.1 {
+            if self.backlog.len() < MAX_BACKLOG {
+                self.backlog.push_back(self.next_arrival);
+            } else {
+                self.result.dropped += 1;
+            }
+            self.next_arrival += self.interarrival_ns();
+        }
+        if self.failed {
+            return Ok(did);
+        }
+        let n = self.spec.qps as usize;
+        while let Some(&arrival) = self.backlog.front() {
+            // The next QP (round robin) with room.
+            let Some(qp) = (0..n).map(|k| (self.next_qp + k) % n).find(|&q| self.outstanding[q] < self.spec.depth)
+            else {
+                break;
+            };
+            let op = self.op(qp);
+            let len = self.spec.sizes.sample(&mut self.rng);
+            let wr = self.request(qp, op, 0, len);
+            if self.handle.post(wr).is_err() {
+                break;
+            }
+            self.backlog.pop_front();
+            self.outstanding[qp] += 1;
+            self.in_flight[qp].push_back(arrival);
+            self.next_qp = (qp + 1) % n;
+            did = true;
         }
         Ok(did)
     }
@@ -177,7 +348,7 @@ impl TenantApp {
             }
         }
         if self.spec.op == TestOp::Send && !self.recv_posted {
-            let wr = self.request(0, RequestOp::Recv, size as u64);
+            let wr = self.request(0, RequestOp::Recv, size as u64, size as u32);
             if self.handle.post(wr).is_ok() {
                 self.recv_posted = true;
             }
@@ -198,16 +369,12 @@ impl TenantApp {
                 did = true;
             }
         }
-        if !self.waiting
-            && !self.failed
-            && self.now() < self.window.1
-            && (self.spec.op != TestOp::Send || self.recv_posted)
-        {
+        if !self.waiting && self.active(self.now()) && (self.spec.op != TestOp::Send || self.recv_posted) {
             let mut payload = vec![0u8; size];
             payload[size - 1] = self.tag();
             self.nic.write_mr(self.mr.handle, 0, &payload)?;
             let op = self.op(0);
-            let wr = self.request(0, op, 0);
+            let wr = self.request(0, op, 0, size as u32);
             if self.handle.post(wr).is_ok() {
                 self.t0_ns = self.now();
                 self.waiting = true;
@@ -223,7 +390,21 @@ impl App for TenantApp {
         match self.spec.kind {
             Kind::Bw => self.poll_bw(),
             Kind::Lat => self.poll_lat(),
+            Kind::Open => self.poll_open(),
         }
+    }
+}
+
+impl Actor for TenantApp {
+    fn next_wake_ns(&self) -> Option<u64> {
+        let now = self.now();
+        if self.failed || now >= self.phase.1 {
+            return None;
+        }
+        if now < self.phase.0 {
+            return Some(self.phase.0);
+        }
+        (self.spec.kind == Kind::Open && self.next_arrival < self.phase.1).then_some(self.next_arrival)
     }
 }
 
@@ -246,7 +427,9 @@ impl PeerApp {
             (Kind::Lat, op) if op != TestOp::Read => {
                 PeerApp::Reflector(LatServer::new(side, client, LatConfig { op, size: spec.size, inline_max: 220 }))
             }
-            (Kind::Bw, TestOp::Send) => PeerApp::Receiver(BwServer::new(side, spec.size, spec.depth.min(1024))),
+            (Kind::Bw | Kind::Open, TestOp::Send) => {
+                PeerApp::Receiver(BwServer::new(side, spec.size, spec.depth.min(1024)))
+            }
             _ => PeerApp::Passive(side),
         }
     }
@@ -261,3 +444,5 @@ impl App for PeerApp {
         }
     }
 }
+
+impl Actor for PeerApp {}

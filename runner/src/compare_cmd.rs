@@ -1,0 +1,188 @@
+//! `perf-runner compare`: the same scenario (same seed) under several
+//! policies and hardware modes, plus each tenant group alone, side by side.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::output::OutputArgs;
+use crate::report::Report;
+use crate::run_cmd::{parse_hw, run_scenario_with};
+use crate::scenario::Scenario;
+
+/// Flags of `compare`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The scenario file (TOML; see docs/scenarios.md).
+    scenario: PathBuf,
+    /// Policies to run, comma-separated (each on the NIC's round-robin
+    /// scheduling): built-in names, `wasm:NAME` or `.wasm` files.
+    #[arg(long, value_delimiter = ',', default_value = "passthrough,perf")]
+    policies: Vec<String>,
+    /// Hardware modes to run, each with the `passthrough` policy:
+    /// `sp`, `ets:W0,W1,...` (traffic classes from the scenario's `tc`).
+    /// Separate modes with `;` or repeat the flag, since ETS weights use
+    /// commas: `--hw sp --hw ets:3,1`. A plain `--hw sp,ets:3,1` also works.
+    #[arg(long)]
+    hw: Vec<String>,
+    /// Skip the `alone:GROUP` rows.
+    #[arg(long)]
+    no_alone: bool,
+    /// Output files and terminal options.
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+/// Splits `--hw` values into modes: `sp,ets:3,1` is `sp` and `ets:3,1`.
+pub fn split_hw(values: &[String]) -> Vec<String> {
+    let mut modes: Vec<String> = Vec::new();
+    for v in values {
+        for part in v.split([';', ',']).map(str::trim).filter(|p| !p.is_empty()) {
+            let is_weight = part.chars().all(|c| c.is_ascii_digit());
+            match modes.last_mut() {
+                Some(last) if is_weight && last.starts_with("ets:") => {
+                    last.push(',');
+                    last.push_str(part);
+                }
+                _ => modes.push(part.to_string()),
+            }
+        }
+    }
+    modes
+}
+
+/// `compare --json`: the scenario and one report per configuration.
+#[derive(Serialize)]
+pub struct Comparison<'a> {
+    /// Scenario file.
+    pub scenario: &'a str,
+    /// One report per row of the table (`config` names the row).
+    pub runs: &'a [Report],
+}
+
+/// Runs the command.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let sc = Scenario::load(&a.scenario)?;
+    let name = a.scenario.display().to_string();
+    let mut configs: Vec<(String, String, String)> = Vec::new();
+    for p in &a.policies {
+        configs.push((p.clone(), p.clone(), "rr".into()));
+    }
+    for hw in split_hw(&a.hw) {
+        configs.push((hw.clone(), "passthrough".into(), hw.clone()));
+    }
+    anyhow::ensure!(!configs.is_empty(), "nothing to compare: give --policies and/or --hw");
+    let groups = if a.no_alone { Vec::new() } else { sc.groups() };
+    let opts = a.out.run_options(&sc, configs.len() + groups.len());
+    let mut runs = Vec::new();
+    let total = configs.len() + groups.len();
+    for (i, (config, policy, hw)) in configs.iter().enumerate() {
+        let hw_mode = parse_hw(hw)?;
+        if let Some(p) = &opts.progress {
+            p.set_message(format!("{config} ({}/{total})", i + 1));
+        }
+        let mut r =
+            run_scenario_with(&sc, policy, &hw_mode, &opts).with_context(|| format!("configuration {config}"))?;
+        r.config = config.clone();
+        r.scenario = name.clone();
+        runs.push(r);
+    }
+    for (i, (group, first)) in groups.into_iter().enumerate() {
+        if let Some(p) = &opts.progress {
+            p.set_message(format!("alone:{group} ({}/{total})", configs.len() + i + 1));
+        }
+        let mut r = run_scenario_with(&sc.alone(first), "passthrough", &parse_hw("rr")?, &opts)
+            .with_context(|| format!("{group} alone"))?;
+        r.config = format!("alone:{group}");
+        r.scenario = name.clone();
+        runs.push(r);
+    }
+    if let Some(p) = &opts.progress {
+        p.finish_and_clear();
+    }
+    if !a.out.quiet {
+        print!("{}", table(&name, &runs));
+    }
+    a.out.write_files(&runs, Some(&name))?;
+    if let Some(path) = &a.out.json {
+        let doc = Comparison { scenario: &name, runs: &runs };
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The side-by-side table: a row per configuration; per tenant group its
+/// Gb/s, Mmsg/s, mean and p99 latency; then NIC utilization and the
+/// dataplane's cost per message.
+pub fn table(scenario: &str, runs: &[Report]) -> String {
+    let mut groups: Vec<String> = Vec::new();
+    for r in runs {
+        for g in r.groups() {
+            if !groups.contains(&g.group) {
+                groups.push(g.group.clone());
+            }
+        }
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "scenario: {scenario}   (virtual time, same seed for every row)");
+    let _ = writeln!(
+        s,
+        "Gb/s: payload goodput; Mmsg/s: application messages; mean, p99: latency [us]; NIC: host 0 wire utilization;"
+    );
+    let _ = writeln!(
+        s,
+        "WQE/msg, call/msg: dataplane cost per application message (WQEs posted, policy hook calls: virtual time has"
+    );
+    let _ =
+        writeln!(s, "no CPU time, so the loop's work is counted); alone:GROUP: that tenant group alone, passthrough");
+    let cw = 36;
+    let mut head1 = format!("{:<18}", "");
+    let mut head2 = format!("{:<18}", "config");
+    for g in &groups {
+        let _ = write!(head1, " {:<cw$}", g);
+        let _ = write!(head2, " {:>7} {:>8} {:>9} {:>9}", "Gb/s", "Mmsg/s", "mean", "p99");
+    }
+    let _ = write!(head2, " {:>6} {:>8} {:>9}", "NIC", "WQE/msg", "call/msg");
+    let _ = writeln!(s, "{}", head1.trim_end());
+    let _ = writeln!(s, "{head2}");
+    for r in runs {
+        let mut line = format!("{:<18}", r.config);
+        let gs = r.groups();
+        for g in &groups {
+            match gs.iter().find(|t| &t.group == g) {
+                Some(t) => {
+                    let _ = write!(
+                        line,
+                        " {:>7.2} {:>8.3} {:>9.2} {:>9.2}",
+                        t.gbps, t.mpps, t.latency_us.mean, t.latency_us.p99
+                    );
+                }
+                None => {
+                    let _ = write!(line, " {:>7} {:>8} {:>9} {:>9}", "-", "-", "-", "-");
+                }
+            }
+        }
+        let _ = write!(
+            line,
+            " {:>6.3} {:>8.2} {:>9.2}",
+            r.rnic.utilization, r.cost.wqes_per_msg, r.cost.policy_calls_per_msg
+        );
+        let _ = writeln!(s, "{line}");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hw_modes_split_on_commas_but_keep_ets_weights() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(split_hw(&v(&["sp,ets:3,1"])), v(&["sp", "ets:3,1"]));
+        assert_eq!(split_hw(&v(&["ets:1,2;sp", "rr"])), v(&["ets:1,2", "sp", "rr"]));
+    }
+}
