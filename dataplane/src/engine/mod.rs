@@ -18,6 +18,7 @@
 pub mod control_qp;
 mod pinned;
 mod qp;
+mod recovery;
 mod split;
 pub mod tenant;
 
@@ -83,6 +84,9 @@ pub struct DataplaneCounters {
     pub rescued_handoffs: u64,
     /// Policy ticks.
     pub ticks: u64,
+    /// Overruns of a shared CQ (a NIC fault: every data QP failed, the CQ
+    /// was recreated).
+    pub cq_overruns: u64,
 }
 
 struct TenantState {
@@ -118,6 +122,12 @@ const WR_QP_SHIFT: u32 = 40;
 const WR_SEQ_MASK: u64 = (1 << WR_QP_SHIFT) - 1;
 /// Send-queue slots kept free for control WQEs (WAIT, SEND_ENABLE).
 const CTRL_RESERVE: u32 = 4;
+/// Depth of the data QPs' shared send CQ.
+const SEND_CQ_DEPTH: u32 = 1 << 20;
+/// Depth of the data QPs' shared receive CQ.
+const RECV_CQ_DEPTH: u32 = 1 << 20;
+/// Receive-queue depth of each data QP.
+const RQ_DEPTH: u32 = 1024;
 
 /// The dataplane over one RNIC.
 pub struct Dataplane<R: Rnic> {
@@ -136,6 +146,8 @@ pub struct Dataplane<R: Rnic> {
     /// Scratch buffers reused every round (no per-round allocation).
     scratch: Scratch,
     counters: DataplaneCounters,
+    /// CQs replaced after an overrun, destroyed once no QP uses them.
+    retired_cqs: Vec<CqHandle>,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -164,8 +176,8 @@ fn recycle<'a>(v: Vec<SendWr<'_>>) -> Vec<SendWr<'a>> {
 impl<R: Rnic> Dataplane<R> {
     /// A dataplane over `nic` running `policy`.
     pub fn new(mut nic: R, policy: PolicyHost, cfg: DataplaneConfig) -> Result<Self, RnicError> {
-        let send_cq = nic.create_cq(CqAttr { depth: 1 << 20, ignore_overrun: false })?;
-        let recv_cq = nic.create_cq(CqAttr { depth: 1 << 16, ignore_overrun: false })?;
+        let send_cq = nic.create_cq(CqAttr { depth: SEND_CQ_DEPTH, ignore_overrun: false })?;
+        let recv_cq = nic.create_cq(CqAttr { depth: RECV_CQ_DEPTH, ignore_overrun: false })?;
         let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
         Ok(Dataplane {
             nic,
@@ -182,6 +194,7 @@ impl<R: Rnic> Dataplane<R> {
             specs: Vec::with_capacity(1024),
             scratch: Scratch::default(),
             counters: DataplaneCounters::default(),
+            retired_cqs: Vec::new(),
         })
     }
 
@@ -271,19 +284,38 @@ impl<R: Rnic> Dataplane<R> {
     /// Creates a data QP for tenant `t` in traffic class `tc`; returns its
     /// index within the tenant and its endpoint for the peer.
     pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
-        let pd = self.tenant_mut(t)?.pd;
-        let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
-        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: 1024, ..QpCaps::default() };
-        attr.cross_channel = self.nic.device_info().caps.cross_channel;
-        attr.traffic_class = tc;
-        let qp = self.nic.create_qp(pd, attr)?;
+        self.tenant_mut(t)?;
+        // The loop polls a QP's CQEs before it reuses their send-queue slots
+        // (and RECVs likewise), so its shared CQs never hold more CQEs than
+        // the QPs' queues: refuse a QP that would break that bound.
+        let n = self.qps.len() as u64 + 1;
+        if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * RQ_DEPTH as u64 > RECV_CQ_DEPTH as u64 {
+            return Err(RnicError::InvalidArgument(format!(
+                "{n} data QPs of {} send-queue slots would overrun the shared completion queues",
+                self.cfg.sq_depth
+            )));
+        }
+        let (qp, ep) = self.new_nic_qp(t, tc)?;
         let index = self.tenant_mut(t)?.qps.len() as u32;
         let dp_index = self.qps.len();
         self.tenant_mut(t)?.qps.push(dp_index);
-        self.qps.push(DpQp::new(t, index, qp.handle));
+        let mut q = DpQp::new(t, index, qp);
+        q.traffic_class = tc;
+        self.qps.push(q);
         let weight = self.tenants[t as usize].weight;
         self.policy.on_tenant(&TenantInfo { tenant: t, qps: index + 1, weight });
-        Ok((index, connect::endpoint(&self.nic, qp.qp_num)))
+        Ok((index, ep))
+    }
+
+    /// Creates a data QP on the NIC for tenant `t`, in RESET.
+    fn new_nic_qp(&mut self, t: u32, tc: u8) -> Result<(QpHandle, QpEndpoint), RnicError> {
+        let pd = self.tenant_mut(t)?.pd;
+        let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
+        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: RQ_DEPTH, ..QpCaps::default() };
+        attr.cross_channel = self.nic.device_info().caps.cross_channel;
+        attr.traffic_class = tc;
+        let qp = self.nic.create_qp(pd, attr)?;
+        Ok((qp.handle, connect::endpoint(&self.nic, qp.qp_num)))
     }
 
     /// Connects tenant `t`'s QP `index` to the peer's `remote`.
@@ -806,7 +838,18 @@ impl<R: Rnic> Dataplane<R> {
         let mut did = false;
         let mut wcs = std::mem::take(&mut self.wcs);
         loop {
-            let n = self.nic.poll_cq(self.send_cq, &mut wcs)?;
+            let n = match self.nic.poll_cq(self.send_cq, &mut wcs) {
+                Ok(n) => n,
+                Err(RnicError::CqOverrun { .. }) => {
+                    self.wcs = wcs;
+                    self.on_cq_overrun(recovery::SharedCq::Send)?;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    self.wcs = wcs;
+                    return Err(e);
+                }
+            };
             for wc in &wcs[..n] {
                 self.on_send_wc(wc, now);
             }
@@ -816,7 +859,18 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         loop {
-            let n = self.nic.poll_cq(self.recv_cq, &mut wcs)?;
+            let n = match self.nic.poll_cq(self.recv_cq, &mut wcs) {
+                Ok(n) => n,
+                Err(RnicError::CqOverrun { .. }) => {
+                    self.wcs = wcs;
+                    self.on_cq_overrun(recovery::SharedCq::Recv)?;
+                    return Ok(true);
+                }
+                Err(e) => {
+                    self.wcs = wcs;
+                    return Err(e);
+                }
+            };
             for wc in &wcs[..n] {
                 self.on_recv_wc(wc, now);
             }
