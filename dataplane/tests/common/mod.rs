@@ -299,8 +299,21 @@ impl Ledger {
     /// once, and each QP's completions come in post order; with
     /// `complete`, every posted request completed.
     pub fn check(&self, got: &[Completion], complete: bool) -> Result<(), String> {
+        self.check_outcomes(got, complete, false).map(|_| ())
+    }
+
+    /// [`Ledger::check`], but with `allow_errors` a request may also fail
+    /// (with no bytes). Returns each completed request's wr_id and status,
+    /// in delivery order.
+    pub fn check_outcomes(
+        &self,
+        got: &[Completion],
+        complete: bool,
+        allow_errors: bool,
+    ) -> Result<Vec<(u64, WcStatus)>, String> {
         let mut seen = HashSet::new();
         let mut next: HashMap<u32, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(got.len());
         for c in got {
             let Some(&(qp, len)) = self.by_id.get(&c.wr_id) else {
                 return Err(format!("completion of wr_id {:#x} that the tenant never posted: {c:?}", c.wr_id));
@@ -308,7 +321,8 @@ impl Ledger {
             if !seen.insert(c.wr_id) {
                 return Err(format!("wr_id {:#x} completed twice: {c:?}", c.wr_id));
             }
-            if c.qp != qp || c.status != WcStatus::Success || c.byte_len != len || c.kind != CompletionKind::Send {
+            let bytes_ok = if c.status.is_ok() { c.byte_len == len } else { allow_errors && c.byte_len == 0 };
+            if c.qp != qp || !bytes_ok || c.kind != CompletionKind::Send {
                 return Err(format!("wrong completion for wr {:#x} (qp {qp}, {len} B): {c:?}", c.wr_id));
             }
             let k = next.entry(qp).or_default();
@@ -317,11 +331,12 @@ impl Ledger {
                 return Err(format!("QP {qp}: wr {:#x} completed before wr {want:#x}, posted earlier", c.wr_id));
             }
             *k += 1;
+            out.push((c.wr_id, c.status));
         }
         if complete && seen.len() != self.by_id.len() {
             let missing: Vec<u64> = self.by_id.keys().filter(|id| !seen.contains(id)).copied().collect();
             return Err(format!("{} of {} requests never completed: {missing:x?}", missing.len(), self.by_id.len()));
         }
-        Ok(())
+        Ok(out)
     }
 }
