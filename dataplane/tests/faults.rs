@@ -15,9 +15,8 @@ mod common;
 
 use common::*;
 use perf_dataplane::engine::{DataplaneConfig, WorkRequest};
-use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::sim::{ib_timeout_ps, Fault, PS_PER_NS};
-use perf_dataplane::rnic::{QpTransition, Rnic, WcStatus};
+use perf_dataplane::rnic::WcStatus;
 
 /// Payload of each request.
 const SIZE: u32 = 16 * 1024;
@@ -140,18 +139,6 @@ fn assert_fails_once_and_for_all(run: &Run, pol: Pol) {
     }
 }
 
-/// Brings tenant `t`'s failed QP `qp` back: a new QP on this side, the
-/// peer's QP reset and connected to it.
-fn recover(rig: &mut Rig, t: usize, qp: u32) {
-    let ep = rig.dp.recover_qp(t as u32, qp).expect("recover_qp");
-    let side = &mut rig.tenants[t].side;
-    let peer = side.qps[qp as usize];
-    side.nic.modify_qp(peer.handle, QpTransition::Reset).expect("reset peer");
-    bring_up(&mut side.nic, peer.handle, ep, all_access()).expect("peer bring_up");
-    let remote = endpoint(&side.nic, peer.qp_num);
-    rig.dp.connect_qp(t as u32, qp, remote).expect("connect_qp");
-}
-
 /// Posts `n` more WRITEs on tenant `t`'s QP `qp` (ids from `base`) and
 /// checks they all succeed with their bytes.
 fn fresh_traffic(rig: &mut Rig, t: usize, qp: u32, base: u64, n: usize) {
@@ -191,7 +178,7 @@ fn a_qp_driven_to_err_mid_stream_fails_only_its_own_requests() {
         assert!(s[first + 1..].iter().all(|&x| x == WcStatus::WrFlushErr), "{pol:?}: {s:?}");
         assert_eq!((run.errors(0, 1), run.errors(1, 0)), (0, 0), "{pol:?}: errors spread");
         assert_eq!(rig.dp.qp_failed(0, 0), Some(true));
-        recover(&mut rig, 0, 0);
+        rig.recover(0, 0);
         fresh_traffic(&mut rig, 0, 0, 0xA000, 8);
         assert_eq!(rig.dp.qp_failed(0, 0), Some(false));
     }
@@ -237,7 +224,7 @@ fn a_long_link_outage_fails_the_busy_qps_and_spares_idle_ones() {
         }
         fresh_traffic(&mut rig, idle, 0, 0x1D1E, 4);
         for &(t, qp) in &QPS {
-            recover(&mut rig, t, qp);
+            rig.recover(t, qp);
             fresh_traffic(&mut rig, t, qp, 0xB000 + ((t as u64) << 8) + qp as u64 * 64, 4);
         }
         let c = rig.f.fault_counters();
@@ -292,7 +279,7 @@ fn a_send_cq_overrun_fails_every_qp_cleanly_and_they_recover() {
         assert_eq!(c.cq_overruns, 1, "{pol:?}: {c:?}");
         assert_ne!(rig.dp.completion_queues()[0], send_cq, "{pol:?}: the CQ was not replaced");
         for &(t, qp) in &QPS {
-            recover(&mut rig, t, qp);
+            rig.recover(t, qp);
             fresh_traffic(&mut rig, t, qp, 0xC000 + ((t as u64) << 8) + qp as u64 * 64, 4);
         }
     }

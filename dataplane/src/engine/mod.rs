@@ -398,7 +398,14 @@ impl<R: Rnic> Dataplane<R> {
     fn drain_requests(&mut self, now: u64) -> bool {
         let mut did = false;
         for t in 0..self.tenants.len() {
+            // Requests held in software count against the tenant's queue
+            // too: a flooding tenant stays back-pressured at its channel
+            // instead of growing the loop's memory.
+            let mut held = self.held_requests(t);
             for _ in 0..self.cfg.max_requests_per_round {
+                if held >= self.cfg.request_queue {
+                    break;
+                }
                 let Ok(wr) = self.tenants[t].req_rx.try_recv() else { break };
                 did = true;
                 self.counters.requests += 1;
@@ -408,7 +415,7 @@ impl<R: Rnic> Dataplane<R> {
                     continue;
                 };
                 let owned = ts.mrs.iter().any(|m| m.lkey == wr.mr.lkey && m.addr == wr.mr.addr && m.len == wr.mr.len);
-                if !owned || wr.offset + wr.len as u64 > wr.mr.len as u64 {
+                if !owned || wr.offset.checked_add(wr.len as u64).is_none_or(|end| end > wr.mr.len as u64) {
                     self.refuse(t, &wr, WcStatus::LocProtErr, now);
                     continue;
                 }
@@ -431,12 +438,18 @@ impl<R: Rnic> Dataplane<R> {
                 tick.max_msg = tick.max_msg.max(wr.len as u64);
                 let q = &mut self.qps[qi];
                 q.held.push_back(wr);
+                held += 1;
                 let depth = q.depth();
                 let tick = &mut self.tenants[t].tick;
                 tick.max_depth = tick.max_depth.max(depth);
             }
         }
         did
+    }
+
+    /// Requests tenant `t` has waiting in software (not yet posted).
+    fn held_requests(&self, t: usize) -> usize {
+        self.tenants[t].qps.iter().map(|&qi| self.qps[qi].held.len() + self.qps[qi].cursor.is_some() as usize).sum()
     }
 
     fn post_recv(&mut self, qi: usize, wr: WorkRequest, now: u64) {

@@ -16,7 +16,7 @@ use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
-use perf_dataplane::rnic::{AccessFlags, Mr, RemoteAddr, Rnic, WcStatus};
+use perf_dataplane::rnic::{AccessFlags, Mr, QpTransition, RemoteAddr, Rnic, WcStatus};
 use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan, TenantStats};
 
 /// Most dataplane rounds in a row that may report progress before the
@@ -188,6 +188,18 @@ impl Rig {
         }
     }
 
+    /// Brings tenant `t`'s failed QP `qp` back: a new QP on the
+    /// dataplane's side, the peer's QP reset and connected to it.
+    pub fn recover(&mut self, t: usize, qp: u32) {
+        let ep = self.dp.recover_qp(t as u32, qp).expect("recover_qp");
+        let side = &mut self.tenants[t].side;
+        let peer = side.qps[qp as usize];
+        side.nic.modify_qp(peer.handle, QpTransition::Reset).expect("reset peer");
+        bring_up(&mut side.nic, peer.handle, ep, all_access()).expect("peer bring_up");
+        let remote = endpoint(&side.nic, peer.qp_num);
+        self.dp.connect_qp(t as u32, qp, remote).expect("connect_qp");
+    }
+
     /// Runs dataplane rounds until one does nothing, then takes every
     /// tenant's waiting completions. Returns whether anything happened.
     pub fn pump(&mut self) -> bool {
@@ -218,9 +230,11 @@ impl Rig {
             loop {
                 let pumped = self.pump();
                 let before: usize = self.tenants.iter().map(|t| t.got.len()).sum();
+                let queued: usize = self.tenants.iter().map(|t| t.h.queued()).sum();
                 let wake = hook(self);
-                // The hook may have posted: let the loop see it before sleeping.
-                let posted = self.tenants.iter().any(|t| t.h.queued() > 0);
+                // The hook may have posted: let the loop see it before
+                // sleeping (a queue the loop leaves full is back-pressure).
+                let posted = self.tenants.iter().map(|t| t.h.queued()).sum::<usize>() > queued;
                 let after: usize = self.tenants.iter().map(|t| t.got.len()).sum();
                 match wake {
                     None => return self.now_ns(),

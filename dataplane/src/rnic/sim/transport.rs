@@ -57,7 +57,14 @@ impl World {
             self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RetryExcErr), timeout, h);
             return;
         }
-        let Some(rq) = self.qp(r, peer.qp) else { return };
+        let me = PeerRef { host: h, qp: qi };
+        let Some(rq) = self.qp_mut(r, peer.qp) else { return };
+        if rq.resp_from != Some(me) {
+            // A new requester: nothing of the previous one's exchange applies.
+            rq.resp_from = Some(me);
+            rq.resp_next = 0;
+            rq.resp_min_epoch = 0;
+        }
         if seg.epoch < rq.resp_min_epoch {
             return;
         }
@@ -71,12 +78,7 @@ impl World {
             self.faults.seq_naks += 1;
             return self.answer_at(h, qi, lost, seg.epoch, Answer::SeqNak, delay, r);
         }
-        let me = PeerRef { host: h, qp: qi };
-        let Some(rq) = self.qp_mut(r, peer.qp) else { return };
-        if rq.resp_from != Some(me) {
-            rq.resp_from = Some(me);
-            rq.resp_next = 0;
-        }
+        let Some(rq) = self.qp(r, peer.qp) else { return };
         let duplicate = seg.wqe < rq.resp_next;
         if duplicate {
             self.faults.duplicates += 1;

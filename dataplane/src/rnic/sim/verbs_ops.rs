@@ -177,6 +177,8 @@ impl World {
                 q.peer = None;
                 q.epoch += 1;
                 q.resp_next = 0;
+                q.resp_from = None;
+                q.resp_min_epoch = 0;
                 q.timer_epoch = None;
                 q.req_lost_at = None;
                 q.resp_lost_at = None;
