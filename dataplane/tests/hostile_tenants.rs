@@ -7,6 +7,8 @@
 //!   `Mr`, a forged or stretched one, an offset past its end) or names a
 //!   QP it does not have: refused at the door, before the NIC, with a
 //!   local error, and nothing moves;
+//! - a tenant posts without ever polling: cut off at a bounded number of
+//!   requests, nothing lost when it polls again;
 //! - a tenant floods requests: its posts meet `Full` (back-pressure, never
 //!   a drop; requests the loop holds in software count against its queue),
 //!   every request it got in completes exactly once, and another tenant's
@@ -151,6 +153,45 @@ fn a_tenant_posting_with_a_region_or_qp_that_is_not_its_own_is_refused_at_the_do
     }
 }
 
+/// A tenant that posts and never polls its completions is back-pressured
+/// once the completions it has not taken fill its share: its posts meet
+/// `Full` and stay refused (the loop's memory stops growing), and when it
+/// polls again every request it got in completes exactly once.
+#[test]
+fn a_tenant_that_never_polls_is_back_pressured_and_loses_nothing() {
+    let cfg = DataplaneConfig { request_queue: 16, completion_queue: 4, ..DataplaneConfig::default() };
+    let mut rig = Rig::new(73, Pol::Perf, cfg);
+    let t = rig.tenant("deaf", 1, 1 << 16);
+    let mut ledger = Ledger::default();
+    let mut next = 0u64;
+    let mut fulls_in_a_row = 0usize;
+    // Post as fast as the loop takes requests, never polling.
+    for _ in 0..2_000 {
+        next += 1;
+        let wr = rig.wr(t, next, 0, false, 0, 512);
+        match rig.tenants[t].h.post(wr) {
+            Ok(()) => {
+                ledger.record(&wr);
+                fulls_in_a_row = 0;
+            }
+            Err(PostRefused::Full) => fulls_in_a_row += 1,
+            Err(e) => panic!("refused: {e}"),
+        }
+        while rig.dp.round().expect("round") {}
+        if !rig.f.step_until_visible((rig.now_ns() + 100_000) * perf_dataplane::rnic::sim::PS_PER_NS) {
+            rig.f.advance_to_ns(rig.now_ns() + 100_000);
+        }
+    }
+    // Accepted without polling: at most the request channel (16), the
+    // completion channel (4), and what the loop holds for the tenant: up to
+    // 16 unposted requests and 16 untaken completions when it stops taking
+    // requests, plus those in flight then (at most 16 more).
+    assert!(fulls_in_a_row > 1_000, "the tenant was never cut off ({} accepted)", ledger.len());
+    assert!(ledger.len() <= 4 * 16 + 4, "{} requests accepted without polling", ledger.len());
+    rig.drive(rig.now_ns() + 10_000_000, |r| (r.tenants[t].got.len() < ledger.len()).then_some(u64::MAX));
+    ledger.check(&rig.tenants[t].got, true).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// What one latency run measured.
 struct LatRun {
     /// Median post-to-completion latency of the ping-pong, in ns.
@@ -190,16 +231,18 @@ fn lat_run(pol: Pol, flood: bool, pings: usize) -> LatRun {
     rig.drive(deadline, |r| {
         if let Some(f) = flooder {
             flood_got.append(&mut r.tenants[f].got);
-            while !stop {
-                next += 1;
-                let wr = r.wr(f, next, (next % 2) as u32, false, (next % 4) * big, big as u32);
-                match r.tenants[f].h.post(wr) {
-                    Ok(()) => ledger.record(&wr),
-                    Err(PostRefused::Full) => {
-                        fulls += 1;
-                        break;
+            if !stop {
+                loop {
+                    next += 1;
+                    let wr = r.wr(f, next, (next % 2) as u32, false, (next % 4) * big, big as u32);
+                    match r.tenants[f].h.post(wr) {
+                        Ok(()) => ledger.record(&wr),
+                        Err(PostRefused::Full) => {
+                            fulls += 1;
+                            break;
+                        }
+                        Err(e) => panic!("flooder refused: {e}"),
                     }
-                    Err(e) => panic!("flooder refused: {e}"),
                 }
             }
         }

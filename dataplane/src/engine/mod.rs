@@ -399,11 +399,13 @@ impl<R: Rnic> Dataplane<R> {
         let mut did = false;
         for t in 0..self.tenants.len() {
             // Requests held in software count against the tenant's queue
-            // too: a flooding tenant stays back-pressured at its channel
-            // instead of growing the loop's memory.
+            // too, and so do completions it has not taken: a tenant that
+            // floods, or posts without polling, stays back-pressured at its
+            // channel instead of growing the loop's memory.
             let mut held = self.held_requests(t);
+            let unpolled = self.tenants[t].overflow.len();
             for _ in 0..self.cfg.max_requests_per_round {
-                if held >= self.cfg.request_queue {
+                if held >= self.cfg.request_queue || unpolled >= self.cfg.request_queue {
                     break;
                 }
                 let Ok(wr) = self.tenants[t].req_rx.try_recv() else { break };
