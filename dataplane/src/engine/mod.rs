@@ -32,6 +32,7 @@ use crate::rnic::*;
 use control_qp::ControlQp;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta};
+use recovery::SharedCq;
 use split::{emit_chunk, WqeSpec};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
@@ -850,52 +851,43 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     fn poll_completions(&mut self, now: u64) -> Result<bool, RnicError> {
-        let mut did = false;
         let mut wcs = std::mem::take(&mut self.wcs);
-        loop {
-            let n = match self.nic.poll_cq(self.send_cq, &mut wcs) {
-                Ok(n) => n,
-                Err(RnicError::CqOverrun { .. }) => {
-                    self.wcs = wcs;
-                    self.on_cq_overrun(recovery::SharedCq::Send)?;
-                    return Ok(true);
-                }
-                Err(e) => {
-                    self.wcs = wcs;
-                    return Err(e);
-                }
-            };
-            for wc in &wcs[..n] {
-                self.on_send_wc(wc, now);
-            }
-            did |= n > 0;
-            if n < wcs.len() {
-                break;
-            }
-        }
-        loop {
-            let n = match self.nic.poll_cq(self.recv_cq, &mut wcs) {
-                Ok(n) => n,
-                Err(RnicError::CqOverrun { .. }) => {
-                    self.wcs = wcs;
-                    self.on_cq_overrun(recovery::SharedCq::Recv)?;
-                    return Ok(true);
-                }
-                Err(e) => {
-                    self.wcs = wcs;
-                    return Err(e);
-                }
-            };
-            for wc in &wcs[..n] {
-                self.on_recv_wc(wc, now);
-            }
-            did |= n > 0;
-            if n < wcs.len() {
-                break;
-            }
-        }
+        let r = self.poll_shared(SharedCq::Send, &mut wcs, now).and_then(|sent| {
+            let received = self.poll_shared(SharedCq::Recv, &mut wcs, now)?;
+            Ok(sent | received)
+        });
         self.wcs = wcs;
-        Ok(did)
+        r
+    }
+
+    /// Drains one of the shared CQs; an overrun fails what it held and
+    /// replaces it ([`recovery`]). Returns whether anything completed.
+    fn poll_shared(&mut self, which: SharedCq, wcs: &mut [Wc], now: u64) -> Result<bool, RnicError> {
+        let mut did = false;
+        loop {
+            let cq = match which {
+                SharedCq::Send => self.send_cq,
+                SharedCq::Recv => self.recv_cq,
+            };
+            let n = match self.nic.poll_cq(cq, wcs) {
+                Ok(n) => n,
+                Err(RnicError::CqOverrun { .. }) => {
+                    self.on_cq_overrun(which)?;
+                    return Ok(true);
+                }
+                Err(e) => return Err(e),
+            };
+            for wc in &wcs[..n] {
+                match which {
+                    SharedCq::Send => self.on_send_wc(wc, now),
+                    SharedCq::Recv => self.on_recv_wc(wc, now),
+                }
+            }
+            did |= n > 0;
+            if n < wcs.len() {
+                return Ok(did);
+            }
+        }
     }
 
     fn on_send_wc(&mut self, wc: &Wc, now: u64) {
