@@ -14,7 +14,7 @@
 mod common;
 
 use common::*;
-use perf_dataplane::engine::{DataplaneConfig, WorkRequest};
+use perf_dataplane::engine::{Completion, CompletionKind, DataplaneConfig, RequestOp, WorkRequest};
 use perf_dataplane::rnic::sim::{ib_timeout_ps, Fault, PS_PER_NS};
 use perf_dataplane::rnic::WcStatus;
 
@@ -63,6 +63,8 @@ fn rig(seed: u64, pol: Pol) -> Rig {
 /// What one run posted and got back.
 struct Run {
     ledgers: Vec<Ledger>,
+    /// RECV completions (not in the ledgers), in delivery order.
+    recvs: Vec<Completion>,
     /// Per tenant: (wr_id, status) in delivery order.
     outcomes: Vec<Vec<(u64, WcStatus)>>,
 }
@@ -95,7 +97,7 @@ fn stream(rig: &mut Rig, deadline_ns: u64, mut fault: impl FnMut(&mut Rig)) -> R
             fired = true;
         }
         for (i, &(t, qp)) in QPS.iter().enumerate() {
-            let done = r.tenants[t].got.iter().filter(|c| c.qp == qp).count();
+            let done = r.tenants[t].got.iter().filter(|c| c.qp == qp && c.kind == CompletionKind::Send).count();
             while posted[i] < PER_QP && posted[i] - done < WINDOW {
                 let k = posted[i];
                 let wr = r.wr(t, wr_id(t, qp, k), qp, false, slot(qp, k), SIZE);
@@ -104,7 +106,8 @@ fn stream(rig: &mut Rig, deadline_ns: u64, mut fault: impl FnMut(&mut Rig)) -> R
                 posted[i] += 1;
             }
         }
-        let done: usize = r.tenants.iter().map(|t| t.got.len()).sum();
+        let done: usize =
+            r.tenants.iter().map(|t| t.got.iter().filter(|c| c.kind == CompletionKind::Send).count()).sum();
         if done == total {
             return None;
         }
@@ -113,8 +116,11 @@ fn stream(rig: &mut Rig, deadline_ns: u64, mut fault: impl FnMut(&mut Rig)) -> R
     // Nothing more may arrive.
     rig.idle_for(100_000);
     let mut outcomes = Vec::new();
+    let mut recvs = Vec::new();
     for (t, l) in ledgers.iter().enumerate() {
-        let got = std::mem::take(&mut rig.tenants[t].got);
+        let (r, got): (Vec<Completion>, Vec<Completion>) =
+            std::mem::take(&mut rig.tenants[t].got).into_iter().partition(|c| c.kind == CompletionKind::Recv);
+        recvs.extend(r);
         let o = l.check_outcomes(&got, true, true).unwrap_or_else(|e| panic!("tenant {t}: {e}"));
         for &(id, status) in &o {
             if status.is_ok() {
@@ -125,7 +131,7 @@ fn stream(rig: &mut Rig, deadline_ns: u64, mut fault: impl FnMut(&mut Rig)) -> R
         }
         outcomes.push(o);
     }
-    Run { ledgers, outcomes }
+    Run { ledgers, recvs, outcomes }
 }
 
 /// Per QP, once a request failed every later one fails too (until the QP
@@ -302,4 +308,28 @@ fn create_qp_refuses_more_queue_slots_than_the_cqs_hold() {
     };
     assert_eq!(made, 32, "(1 Mi CQEs / 32 Ki slots)");
     assert!(err.to_string().contains("overrun"), "{err}");
+}
+
+/// The shared receive CQ overruns: every RECV posted completes once with
+/// `WrFlushErr` (their CQEs were lost), the sends in flight complete once
+/// through the NIC's flush on the healthy send CQ, every data QP is failed,
+/// and the receive CQ is replaced.
+#[test]
+fn a_recv_cq_overrun_fails_the_recvs_once_and_replaces_the_cq() {
+    let mut rig = rig(61, Pol::Perf);
+    let [_, recv_cq] = rig.dp.completion_queues();
+    let recv = |r: &Rig, id: u64| WorkRequest { op: RequestOp::Recv, ..r.wr(1, id, 0, false, 0, 64) };
+    for id in 0..3 {
+        let wr = recv(&rig, 0xEC00 + id);
+        post(&rig.tenants[1].h, wr);
+    }
+    let run = stream(&mut rig, 50_000_000, |r| r.f.inject(Fault::CqOverrun { host: 0, cq: recv_cq }));
+    assert_fails_once_and_for_all(&run, Pol::Perf);
+    let recvs: Vec<(u64, WcStatus)> = run.recvs.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(recvs, (0..3).map(|i| (0xEC00 + i, WcStatus::WrFlushErr)).collect::<Vec<_>>());
+    for &(t, qp) in &QPS {
+        assert_eq!(rig.dp.qp_failed(t as u32, qp), Some(true), "tenant {t} QP {qp}");
+    }
+    assert_eq!(rig.dp.counters().cq_overruns, 1);
+    assert_ne!(rig.dp.completion_queues()[1], recv_cq, "the receive CQ was not replaced");
 }
