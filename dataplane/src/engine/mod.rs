@@ -20,6 +20,7 @@ pub mod control_qp;
 mod pacing;
 mod pinned;
 mod qp;
+mod recovery;
 mod split;
 pub mod tenant;
 
@@ -34,6 +35,7 @@ use control_qp::ControlQp;
 use pacing::TokenBucket;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta};
+use recovery::SharedCq;
 use split::{emit_chunk, WqeSpec};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
@@ -89,6 +91,9 @@ pub struct DataplaneCounters {
     /// Times a QP with work to post was held back by its tenant's pacing
     /// (token bucket in debt, or paused).
     pub paced_holds: u64,
+    /// Overruns of a shared CQ (a NIC fault: every data QP failed, the CQ
+    /// was recreated).
+    pub cq_overruns: u64,
 }
 
 struct TenantState {
@@ -126,6 +131,12 @@ const WR_QP_SHIFT: u32 = 40;
 const WR_SEQ_MASK: u64 = (1 << WR_QP_SHIFT) - 1;
 /// Send-queue slots kept free for control WQEs (WAIT, SEND_ENABLE).
 const CTRL_RESERVE: u32 = 4;
+/// Depth of the data QPs' shared send CQ.
+const SEND_CQ_DEPTH: u32 = 1 << 20;
+/// Depth of the data QPs' shared receive CQ.
+const RECV_CQ_DEPTH: u32 = 1 << 20;
+/// Receive-queue depth of each data QP.
+const RQ_DEPTH: u32 = 1024;
 
 /// The dataplane over one RNIC.
 pub struct Dataplane<R: Rnic> {
@@ -146,6 +157,8 @@ pub struct Dataplane<R: Rnic> {
     /// Scratch buffers reused every round (no per-round allocation).
     scratch: Scratch,
     counters: DataplaneCounters,
+    /// CQs replaced after an overrun, destroyed once no QP uses them.
+    retired_cqs: Vec<CqHandle>,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -174,8 +187,8 @@ fn recycle<'a>(v: Vec<SendWr<'_>>) -> Vec<SendWr<'a>> {
 impl<R: Rnic> Dataplane<R> {
     /// A dataplane over `nic` running `policy`.
     pub fn new(mut nic: R, policy: PolicyHost, cfg: DataplaneConfig) -> Result<Self, RnicError> {
-        let send_cq = nic.create_cq(CqAttr { depth: 1 << 20, ignore_overrun: false })?;
-        let recv_cq = nic.create_cq(CqAttr { depth: 1 << 16, ignore_overrun: false })?;
+        let send_cq = nic.create_cq(CqAttr { depth: SEND_CQ_DEPTH, ignore_overrun: false })?;
+        let recv_cq = nic.create_cq(CqAttr { depth: RECV_CQ_DEPTH, ignore_overrun: false })?;
         let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
         Ok(Dataplane {
             nic,
@@ -193,6 +206,7 @@ impl<R: Rnic> Dataplane<R> {
             specs: Vec::with_capacity(1024),
             scratch: Scratch::default(),
             counters: DataplaneCounters::default(),
+            retired_cqs: Vec::new(),
         })
     }
 
@@ -298,19 +312,38 @@ impl<R: Rnic> Dataplane<R> {
     /// Creates a data QP for tenant `t` in traffic class `tc`; returns its
     /// index within the tenant and its endpoint for the peer.
     pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
-        let pd = self.tenant_mut(t)?.pd;
-        let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
-        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: 1024, ..QpCaps::default() };
-        attr.cross_channel = self.nic.device_info().caps.cross_channel;
-        attr.traffic_class = tc;
-        let qp = self.nic.create_qp(pd, attr)?;
+        self.tenant_mut(t)?;
+        // The loop polls a QP's CQEs before it reuses their send-queue slots
+        // (and RECVs likewise), so its shared CQs never hold more CQEs than
+        // the QPs' queues: refuse a QP that would break that bound.
+        let n = self.qps.len() as u64 + 1;
+        if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * RQ_DEPTH as u64 > RECV_CQ_DEPTH as u64 {
+            return Err(RnicError::InvalidArgument(format!(
+                "{n} data QPs of {} send-queue slots would overrun the shared completion queues",
+                self.cfg.sq_depth
+            )));
+        }
+        let (qp, ep) = self.new_nic_qp(t, tc)?;
         let index = self.tenant_mut(t)?.qps.len() as u32;
         let dp_index = self.qps.len();
         self.tenant_mut(t)?.qps.push(dp_index);
-        self.qps.push(DpQp::new(t, index, qp.handle));
+        let mut q = DpQp::new(t, index, qp);
+        q.traffic_class = tc;
+        self.qps.push(q);
         let weight = self.tenants[t as usize].weight;
         self.policy.on_tenant(&TenantInfo { tenant: t, qps: index + 1, weight });
-        Ok((index, connect::endpoint(&self.nic, qp.qp_num)))
+        Ok((index, ep))
+    }
+
+    /// Creates a data QP on the NIC for tenant `t`, in RESET.
+    fn new_nic_qp(&mut self, t: u32, tc: u8) -> Result<(QpHandle, QpEndpoint), RnicError> {
+        let pd = self.tenant_mut(t)?.pd;
+        let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
+        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: RQ_DEPTH, ..QpCaps::default() };
+        attr.cross_channel = self.nic.device_info().caps.cross_channel;
+        attr.traffic_class = tc;
+        let qp = self.nic.create_qp(pd, attr)?;
+        Ok((qp.handle, connect::endpoint(&self.nic, qp.qp_num)))
     }
 
     /// Connects tenant `t`'s QP `index` to the peer's `remote`.
@@ -393,7 +426,16 @@ impl<R: Rnic> Dataplane<R> {
     fn drain_requests(&mut self, now: u64) -> bool {
         let mut did = false;
         for t in 0..self.tenants.len() {
+            // Requests held in software count against the tenant's queue
+            // too, and so do completions it has not taken: a tenant that
+            // floods, or posts without polling, stays back-pressured at its
+            // channel instead of growing the loop's memory.
+            let mut held = self.held_requests(t);
+            let unpolled = self.tenants[t].overflow.len();
             for _ in 0..self.cfg.max_requests_per_round {
+                if held >= self.cfg.request_queue || unpolled >= self.cfg.request_queue {
+                    break;
+                }
                 let Ok(wr) = self.tenants[t].req_rx.try_recv() else { break };
                 did = true;
                 self.counters.requests += 1;
@@ -403,7 +445,7 @@ impl<R: Rnic> Dataplane<R> {
                     continue;
                 };
                 let owned = ts.mrs.iter().any(|m| m.lkey == wr.mr.lkey && m.addr == wr.mr.addr && m.len == wr.mr.len);
-                if !owned || wr.offset + wr.len as u64 > wr.mr.len as u64 {
+                if !owned || wr.offset.checked_add(wr.len as u64).is_none_or(|end| end > wr.mr.len as u64) {
                     self.refuse(t, &wr, WcStatus::LocProtErr, now);
                     continue;
                 }
@@ -426,12 +468,18 @@ impl<R: Rnic> Dataplane<R> {
                 tick.max_msg = tick.max_msg.max(wr.len as u64);
                 let q = &mut self.qps[qi];
                 q.held.push_back(wr);
+                held += 1;
                 let depth = q.depth();
                 let tick = &mut self.tenants[t].tick;
                 tick.max_depth = tick.max_depth.max(depth);
             }
         }
         did
+    }
+
+    /// Requests tenant `t` has waiting in software (not yet posted).
+    fn held_requests(&self, t: usize) -> usize {
+        self.tenants[t].qps.iter().map(|&qi| self.qps[qi].held.len() + self.qps[qi].cursor.is_some() as usize).sum()
     }
 
     fn post_recv(&mut self, qi: usize, wr: WorkRequest, now: u64) {
@@ -836,30 +884,43 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     fn poll_completions(&mut self, now: u64) -> Result<bool, RnicError> {
-        let mut did = false;
         let mut wcs = std::mem::take(&mut self.wcs);
-        loop {
-            let n = self.nic.poll_cq(self.send_cq, &mut wcs)?;
-            for wc in &wcs[..n] {
-                self.on_send_wc(wc, now);
-            }
-            did |= n > 0;
-            if n < wcs.len() {
-                break;
-            }
-        }
-        loop {
-            let n = self.nic.poll_cq(self.recv_cq, &mut wcs)?;
-            for wc in &wcs[..n] {
-                self.on_recv_wc(wc, now);
-            }
-            did |= n > 0;
-            if n < wcs.len() {
-                break;
-            }
-        }
+        let r = self.poll_shared(SharedCq::Send, &mut wcs, now).and_then(|sent| {
+            let received = self.poll_shared(SharedCq::Recv, &mut wcs, now)?;
+            Ok(sent | received)
+        });
         self.wcs = wcs;
-        Ok(did)
+        r
+    }
+
+    /// Drains one of the shared CQs; an overrun fails what it held and
+    /// replaces it ([`recovery`]). Returns whether anything completed.
+    fn poll_shared(&mut self, which: SharedCq, wcs: &mut [Wc], now: u64) -> Result<bool, RnicError> {
+        let mut did = false;
+        loop {
+            let cq = match which {
+                SharedCq::Send => self.send_cq,
+                SharedCq::Recv => self.recv_cq,
+            };
+            let n = match self.nic.poll_cq(cq, wcs) {
+                Ok(n) => n,
+                Err(RnicError::CqOverrun { .. }) => {
+                    self.on_cq_overrun(which)?;
+                    return Ok(true);
+                }
+                Err(e) => return Err(e),
+            };
+            for wc in &wcs[..n] {
+                match which {
+                    SharedCq::Send => self.on_send_wc(wc, now),
+                    SharedCq::Recv => self.on_recv_wc(wc, now),
+                }
+            }
+            did |= n > 0;
+            if n < wcs.len() {
+                return Ok(did);
+            }
+        }
     }
 
     fn on_send_wc(&mut self, wc: &Wc, now: u64) {

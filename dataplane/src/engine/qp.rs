@@ -34,6 +34,8 @@ pub(crate) struct DpQp {
     pub tenant: u32,
     pub index: u32,
     pub nic_qp: QpHandle,
+    /// The hardware traffic class it was created in.
+    pub traffic_class: u8,
     /// Requests waiting for the QP to be allowed, in post order.
     pub held: VecDeque<WorkRequest>,
     pub cursor: Option<Cursor>,
@@ -73,6 +75,7 @@ impl DpQp {
             tenant,
             index,
             nic_qp,
+            traffic_class: 0,
             held: VecDeque::new(),
             cursor: None,
             posted: VecDeque::new(),

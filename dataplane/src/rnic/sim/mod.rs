@@ -15,6 +15,7 @@
 //! time passes. See `docs/rnic-model.md`.
 
 mod cq;
+mod fault;
 mod memory;
 mod profile;
 mod qp;
@@ -29,6 +30,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+pub use fault::{ib_timeout_ps, Fault, FaultCounters, IB_TIMEOUT_UNIT_PS};
 pub use profile::{Ps, RnicProfile, TcScheduler, PS_PER_NS};
 pub use qp::QpCounters;
 pub use sched::SchedCounters;
@@ -175,6 +177,25 @@ impl SimFabric {
         self.shared.world.lock().qp(host, qp.0).map(|q| q.stats)
     }
 
+    /// Injects `fault` now (see [`Fault`] for what each does).
+    pub fn inject(&self, fault: Fault) {
+        self.shared.lock().apply_fault(fault);
+    }
+
+    /// Injects `fault` at `at_ns` of model time (now, if that has passed):
+    /// a fault plan fixed in advance is as deterministic as the rest of
+    /// the model.
+    pub fn inject_at(&self, at_ns: u64, fault: Fault) {
+        let mut w = self.shared.lock();
+        let at = (at_ns * PS_PER_NS).max(w.now);
+        w.schedule(at, world::Event::Fault(fault));
+    }
+
+    /// What injected faults caused so far.
+    pub fn fault_counters(&self) -> FaultCounters {
+        self.shared.world.lock().faults
+    }
+
     /// Events processed so far (a measure of simulation work).
     pub fn events_run(&self) -> u64 {
         self.shared.world.lock().events_run
@@ -225,7 +246,12 @@ impl Rnic for SimRnic {
 
     fn port_info(&self) -> PortInfo {
         let w = self.shared.world.lock();
-        PortInfo { active: true, link_gbps: w.prof.link_gbps as u32, mtu: w.prof.mtu, gid: w.hosts[self.host].gid }
+        PortInfo {
+            active: w.link_up(self.host),
+            link_gbps: w.prof.link_gbps as u32,
+            mtu: w.prof.mtu,
+            gid: w.hosts[self.host].gid,
+        }
     }
 
     fn clock_ns(&self) -> u64 {

@@ -95,7 +95,9 @@ pub struct RnicProfile {
     pub loopback_ps: Ps,
     /// Receiver-not-ready NAK back-off before a retransmission.
     pub rnr_timer_ps: Ps,
-    /// Transport timeout before a retry when nothing answers.
+    /// Local ACK timeout: how long the requester waits for an answer after
+    /// the last one before it retransmits (`4.096 us x 2^timeout` in verbs;
+    /// a QP gives up after `retry_cnt` retransmissions).
     pub transport_timeout_ps: Ps,
     /// Largest CQ depth.
     pub max_cqe: u32,
@@ -133,7 +135,8 @@ impl RnicProfile {
             cqe_write_ps: 250_000,
             loopback_ps: 400_000,
             rnr_timer_ps: 10_000_000,
-            transport_timeout_ps: 500_000_000,
+            // IB timeout code 14 (perftest's default): 4.096 us x 2^14.
+            transport_timeout_ps: super::fault::ib_timeout_ps(14),
             max_cqe: 4 * 1024 * 1024,
             max_qp_wr: 32 * 1024,
             max_inline_data: 220,

@@ -107,6 +107,23 @@ pub(crate) struct SimQp {
     /// Responder side: messages from the peer older than this generation
     /// are discarded.
     pub resp_min_epoch: u32,
+    /// Responder side: one past the newest request from the peer that was
+    /// executed; an older one is a duplicate (a retransmission).
+    pub resp_next: u64,
+    /// Responder side: the requester (host, QP index) `resp_next` counts for.
+    pub resp_from: Option<PeerRef>,
+    /// Transport retries left before `RetryExcErr` (reset by every answer).
+    pub retry_left: u8,
+    /// The generation the transport timer runs for, if it runs.
+    pub timer_epoch: Option<u32>,
+    /// When the last answer arrived (the transport timer runs from there).
+    pub last_progress: Ps,
+    /// Oldest WQE of this generation whose request packets were lost.
+    pub req_lost_at: Option<u64>,
+    /// Oldest WQE of this generation whose READ response packets were lost.
+    pub resp_lost_at: Option<u64>,
+    /// Positive ACKs of this generation that were lost.
+    pub acks_lost: u32,
     /// Counters.
     pub stats: QpCounters,
 }
@@ -157,6 +174,14 @@ impl SimQp {
             waiting: false,
             rnr_left: 7,
             resp_min_epoch: 0,
+            resp_next: 0,
+            resp_from: None,
+            retry_left: 7,
+            timer_epoch: None,
+            last_progress: 0,
+            req_lost_at: None,
+            resp_lost_at: None,
+            acks_lost: 0,
             stats: QpCounters::default(),
         }
     }

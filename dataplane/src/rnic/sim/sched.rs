@@ -61,7 +61,9 @@ impl World {
         let prof = &self.prof;
         let (wqe_ps, ctrl_ps, dma_ps, window) =
             (prof.wqe_process_ps, prof.ctrl_wqe_process_ps, prof.payload_dma_ps, prof.prefetch_wqes as u64);
-        let Some(q) = self.hosts[h].qps.get_mut(qi as usize).and_then(Option::as_mut) else { return };
+        let host = &mut self.hosts[h];
+        let stalled = host.stalled_until;
+        let Some(q) = host.qps.get_mut(qi as usize).and_then(Option::as_mut) else { return };
         loop {
             let idx = q.proc_next;
             if idx >= q.sq_end() || idx >= q.exec_next + window || !q.enabled(idx) {
@@ -73,7 +75,7 @@ impl World {
             let free = q.proc_free_at;
             let Some(e) = q.entry_mut(idx) else { break };
             let ctrl = e.is_ctrl();
-            let done = e.visible_at.max(free).max(now) + if ctrl { ctrl_ps } else { wqe_ps };
+            let done = e.visible_at.max(free).max(now).max(stalled) + if ctrl { ctrl_ps } else { wqe_ps };
             let dma = !ctrl && e.inline.is_none() && !e.sgl.is_empty() && !matches!(e.op, WrOpcode::Read { .. });
             e.ready_at = done + if dma { dma_ps } else { 0 };
             q.proc_free_at = done;
@@ -235,6 +237,10 @@ impl World {
             self.sched_at(h, t);
             return;
         }
+        if self.hosts[h].stalled_until > self.now {
+            // An injected stall: the fault schedules the scheduler's return.
+            return;
+        }
         loop {
             let (choice, blocked) = self.pick(h);
             let Some((tc, ctrl)) = choice else {
@@ -283,8 +289,13 @@ impl World {
     fn exec_ctrl(&mut self, h: usize, qi: u32) -> u32 {
         let Some(q) = self.qp_mut(h, qi) else { return 1 };
         let idx = q.exec_next;
-        let Some(op) = q.entry(idx).map(|e| e.op) else { return 1 };
+        let Some((op, stage)) = q.entry(idx).map(|e| (e.op, e.stage)) else { return 1 };
         q.exec_next += 1;
+        if matches!(stage, super::qp::WqeStage::Done(_)) {
+            // Executed before a go-back-N rewind: not executed twice.
+            self.advance_processing(h, qi);
+            return 1;
+        }
         q.stats.ctrl_wqes += 1;
         let mut status = WcStatus::Success;
         if let WrOpcode::SendEnable { qp: target, count } = op {

@@ -6,6 +6,7 @@
 use smallvec::SmallVec;
 
 use super::memory::Span;
+use super::qp::PeerRef;
 use super::qp::WqeStage;
 use super::wire::{Seg, SegKind};
 use super::world::{Answer, Event, World};
@@ -18,9 +19,12 @@ enum Source {
 }
 
 impl World {
-    fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64) {
+    /// Schedules an answer to requester QP `qi` of host `h`, sent by host
+    /// `from` (`h` itself when it crosses no wire), `delay` from now.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64, from: usize) {
         let at = self.now + delay;
-        self.schedule(at, Event::Answer { host: h, qp: qi, wqe, epoch, answer });
+        self.schedule(at, Event::Answer { host: h, qp: qi, wqe, epoch, answer, from });
     }
 
     fn ack_delay(&self) -> u64 {
@@ -40,6 +44,7 @@ impl World {
         let Some(peer) = q.peer else { return };
         let Some(e) = q.entry(seg.wqe) else { return };
         let (op, len) = (e.op, e.len);
+        let req_lost = q.req_lost_at.filter(|_| q.epoch == seg.epoch);
         let source = match &e.inline {
             Some(b) => Source::Inline(b.clone()),
             None => Source::Sges(e.sgl.clone()),
@@ -49,19 +54,47 @@ impl World {
         let responder_ok = self.qp(r, peer.qp).is_some_and(|rq| matches!(rq.state, QpState::Rtr | QpState::Rts));
         if !responder_ok {
             let timeout = self.prof.transport_timeout_ps * (q.retry_cnt as u64 + 1);
-            self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RetryExcErr), timeout);
+            self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RetryExcErr), timeout, h);
             return;
         }
-        let Some(rq) = self.qp(r, peer.qp) else { return };
+        let me = PeerRef { host: h, qp: qi };
+        let Some(rq) = self.qp_mut(r, peer.qp) else { return };
+        if rq.resp_from != Some(me) {
+            // A new requester: nothing of the previous one's exchange applies.
+            rq.resp_from = Some(me);
+            rq.resp_next = 0;
+            rq.resp_min_epoch = 0;
+        }
         if seg.epoch < rq.resp_min_epoch {
             return;
         }
+        // Packets of this generation were lost before this message: the
+        // responder discards it and the rest of the generation, and asks
+        // for a retransmission from the lost one (sequence-error NAK).
+        if let Some(lost) = req_lost.filter(|&l| l <= seg.wqe) {
+            if let Some(rq) = self.qp_mut(r, peer.qp) {
+                rq.resp_min_epoch = seg.epoch + 1;
+            }
+            self.faults.seq_naks += 1;
+            return self.answer_at(h, qi, lost, seg.epoch, Answer::SeqNak, delay, r);
+        }
+        let Some(rq) = self.qp(r, peer.qp) else { return };
+        let duplicate = seg.wqe < rq.resp_next;
+        if duplicate {
+            self.faults.duplicates += 1;
+            // Executed before, its answer lost: answer again, do not
+            // execute again (a READ is read again).
+            if !matches!(op, WrOpcode::Read { .. }) {
+                return self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay, r);
+            }
+        }
+        let Some(rq) = self.qp(r, peer.qp) else { return };
         let (rpd, raccess) = (rq.pd, rq.access);
         let nak = |w: &mut World, status: WcStatus| {
             if let Some(rq) = w.qp_mut(r, peer.qp) {
                 rq.resp_min_epoch = seg.epoch + 1;
             }
-            w.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(status), delay);
+            w.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(status), delay, r);
         };
         match op {
             WrOpcode::Write { remote } | WrOpcode::WriteImm { remote, .. } => {
@@ -75,11 +108,12 @@ impl World {
                     Err(_) => return nak(self, WcStatus::RemAccessErr),
                 };
                 self.place(h, &source, &[dst]);
+                self.executed(r, peer.qp, seg.wqe);
                 if let Some(imm) = imm {
                     let Some(recv) = self.qp_mut(r, peer.qp).and_then(|rq| rq.rq.pop_front()) else { return };
                     self.recv_cqe(r, peer.qp, recv.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, len, Some(imm));
                 }
-                self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay);
+                self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay, r);
             }
             WrOpcode::Send | WrOpcode::SendImm { .. } => {
                 let imm = if let WrOpcode::SendImm { imm } = op { Some(imm) } else { None };
@@ -110,8 +144,9 @@ impl World {
                     left -= n;
                 }
                 self.place(h, &source, &spans);
+                self.executed(r, peer.qp, seg.wqe);
                 self.recv_cqe(r, peer.qp, recv.wr_id, WcStatus::Success, WcOpcode::Recv, len, imm);
-                self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay);
+                self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, delay, r);
             }
             WrOpcode::Read { remote } => {
                 if self.mems[r].resolve(remote.rkey, remote.addr, len, rpd, AccessFlags::REMOTE_READ).is_err()
@@ -119,6 +154,7 @@ impl World {
                 {
                     return nak(self, WcStatus::RemAccessErr);
                 }
+                self.executed(r, peer.qp, seg.wqe);
                 let tc = self.qp(r, peer.qp).map_or(0, |rq| rq.tc);
                 let resp = Seg {
                     src_host: r,
@@ -145,7 +181,14 @@ impl World {
             rq.resp_min_epoch = seg.epoch + 1;
         }
         let delay = self.ack_delay();
-        self.answer_at(seg.src_host, seg.qp, seg.wqe, seg.epoch, Answer::Rnr, delay);
+        self.answer_at(seg.src_host, seg.qp, seg.wqe, seg.epoch, Answer::Rnr, delay, r);
+    }
+
+    /// Responder QP `rqi` of host `r` executed its peer's request `wqe`.
+    fn executed(&mut self, r: usize, rqi: u32, wqe: u64) {
+        if let Some(rq) = self.qp_mut(r, rqi) {
+            rq.resp_next = rq.resp_next.max(wqe + 1);
+        }
     }
 
     fn deliver_read_response(&mut self, seg: Seg) {
@@ -153,6 +196,12 @@ impl World {
         let Some(q) = self.qp(h, qi) else { return };
         if q.epoch != seg.epoch || q.state != QpState::Rts {
             return;
+        }
+        // A response beyond one whose packets were lost: go back to it.
+        if let Some(lost) = q.resp_lost_at.filter(|&l| l <= seg.wqe) {
+            self.faults.seq_naks += 1;
+            let now = self.now;
+            return self.rewind(h, qi, lost, now);
         }
         let Some(peer) = q.peer else { return };
         let Some(e) = q.entry(seg.wqe) else { return };
@@ -163,7 +212,7 @@ impl World {
             Ok((mr, off)) => Span { host: peer.host, mr, off, len: len as usize },
             Err(_) => {
                 let d = self.prof.cqe_write_ps;
-                return self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RemAccessErr), d);
+                return self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RemAccessErr), d, h);
             }
         };
         let mut off = 0usize;
@@ -177,7 +226,7 @@ impl World {
             off += s.length as usize;
         }
         let d = self.prof.cqe_write_ps;
-        self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, d);
+        self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, d, h);
     }
 
     /// Copies a request's bytes (gathered from requester host `h`) into `dst`.
@@ -218,15 +267,26 @@ impl World {
         }
     }
 
-    pub(crate) fn on_answer(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer) {
+    pub(crate) fn on_answer(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, from: usize) {
+        if self.answer_lost(h, from, answer) {
+            return self.note_lost_answer(h, qi, epoch, answer);
+        }
         let rnr_timer = self.prof.rnr_timer_ps;
         let now = self.now;
         let Some(q) = self.qp_mut(h, qi) else { return };
         if q.epoch != epoch || q.state != QpState::Rts {
             return;
         }
+        q.last_progress = now;
+        q.retry_left = q.retry_cnt;
+        let acks_lost = q.acks_lost > 0;
         match answer {
             Answer::Ack => {
+                // A response beyond a READ response that was lost.
+                if let Some(lost) = q.resp_lost_at.filter(|&l| l < wqe) {
+                    self.faults.seq_naks += 1;
+                    return self.rewind(h, qi, lost, now);
+                }
                 if let Some(e) = q.entry_mut(wqe) {
                     e.stage = WqeStage::Done(WcStatus::Success);
                     let len = e.len;
@@ -234,11 +294,23 @@ impl World {
                     q.stats.data_wqes += 1;
                 }
                 q.rnr_left = q.rnr_retry;
+                if acks_lost {
+                    self.cumulative_ack(h, qi, wqe);
+                }
             }
             Answer::Nak(status) => {
                 if let Some(e) = q.entry_mut(wqe) {
                     e.stage = WqeStage::Done(status);
                 }
+                if acks_lost {
+                    self.cumulative_ack(h, qi, wqe);
+                }
+            }
+            Answer::SeqNak => {
+                // Everything before the gap was executed.
+                let from = q.resp_lost_at.map_or(wqe, |l| l.min(wqe));
+                self.cumulative_ack(h, qi, from);
+                self.rewind(h, qi, from, now);
             }
             Answer::Rnr => {
                 if q.rnr_left == 0 {
@@ -249,17 +321,7 @@ impl World {
                     if q.rnr_left != 7 {
                         q.rnr_left -= 1;
                     }
-                    q.epoch += 1;
-                    q.stall_until = now + rnr_timer;
-                    q.exec_next = wqe;
-                    for i in wqe..q.sq_end() {
-                        if let Some(e) = q.entry_mut(i) {
-                            e.sent = 0;
-                            e.stage = WqeStage::Queued;
-                        }
-                    }
-                    self.requeue(h, qi);
-                    return;
+                    return self.rewind(h, qi, wqe, now + rnr_timer);
                 }
             }
         }
@@ -327,16 +389,7 @@ impl World {
             return;
         }
         if !c.push(wc) {
-            let users: Vec<u32> = self.hosts[h]
-                .qps
-                .iter()
-                .enumerate()
-                .filter_map(|(i, q)| q.as_ref().filter(|q| q.send_cq == cq || q.recv_cq == cq).map(|_| i as u32))
-                .collect();
-            for qi in users {
-                self.qp_error(h, qi);
-            }
-            return;
+            return self.error_cq_users(h, cq);
         }
         self.wake_waiters(h, cq);
     }

@@ -142,6 +142,8 @@ impl World {
                     })?;
                 let q = self.qp_mut(h, qp.0).ok_or(RnicError::InvalidHandle { kind: "qp", id: qp.0 })?;
                 q.peer = Some(PeerRef { host, qp: rqi });
+                // A new connection: the peer's requests start afresh.
+                q.resp_next = 0;
                 q.state = QpState::Rtr;
             }
             QpTransition::Rts { retry_cnt, rnr_retry } => {
@@ -155,6 +157,7 @@ impl World {
                 q.retry_cnt = retry_cnt;
                 q.rnr_retry = rnr_retry;
                 q.rnr_left = rnr_retry;
+                q.retry_left = retry_cnt;
                 q.state = QpState::Rts;
                 self.advance_processing(h, qp.0);
                 self.requeue(h, qp.0);
@@ -173,6 +176,13 @@ impl World {
                 q.rq.clear();
                 q.peer = None;
                 q.epoch += 1;
+                q.resp_next = 0;
+                q.resp_from = None;
+                q.resp_min_epoch = 0;
+                q.timer_epoch = None;
+                q.req_lost_at = None;
+                q.resp_lost_at = None;
+                q.acks_lost = 0;
                 q.state = QpState::Reset;
             }
         }

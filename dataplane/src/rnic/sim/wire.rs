@@ -280,9 +280,19 @@ impl World {
             s.sent_pkts += run.pkts;
             s.sent_pkts >= s.pkts
         };
+        // Packets sent while either end's link was down are lost.
+        let lost = self.path_lost(seg.src_host, seg.dst_host, run.start, self.now + self.prof.propagation_ps);
+        if lost {
+            let (req_host, response) = match seg.kind {
+                SegKind::Request => (seg.src_host, false),
+                SegKind::ReadResponse => (seg.dst_host, true),
+            };
+            self.note_lost_packets(req_host, seg.qp, seg.wqe, seg.epoch, response);
+        }
+        let port = &mut self.hosts[h].port;
         if done {
             port.queues[run.queue].pop_front();
-            if seg.last {
+            if seg.last && !lost {
                 let jitter = self.jitter(self.prof.rx_jitter_ps);
                 let port = &mut self.hosts[h].port;
                 let at =

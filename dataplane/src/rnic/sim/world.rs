@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use super::cq::CqState;
+use super::fault::{Fault, FaultCounters};
 use super::memory::{CopyEngine, MemStore};
 use super::profile::{Ps, RnicProfile, TcScheduler};
 use super::qp::SimQp;
@@ -26,6 +27,9 @@ pub(crate) enum Answer {
     Nak(WcStatus),
     /// Receiver not ready: retry later.
     Rnr,
+    /// Sequence error: the responder saw a gap (packets lost before this
+    /// WQE); the requester goes back to the WQE the answer names.
+    SeqNak,
 }
 
 /// Something that happens at an instant.
@@ -39,8 +43,13 @@ pub(crate) enum Event {
     WireDone { host: usize, gen: u64 },
     /// The last packet of a message (or a READ request) reached `seg.dst_host`.
     Deliver { seg: Seg },
-    /// An answer to WQE `wqe` of requester QP `qp` arrived back.
-    Answer { host: usize, qp: u32, wqe: u64, epoch: u32, answer: Answer },
+    /// An answer to WQE `wqe` of requester QP `qp` arrived back from host
+    /// `from` (`from == host`: produced locally, it crossed no wire).
+    Answer { host: usize, qp: u32, wqe: u64, epoch: u32, answer: Answer, from: usize },
+    /// A QP's transport (ACK) timer for generation `epoch` expired.
+    RetryTimer { host: usize, qp: u32, epoch: u32 },
+    /// An injected fault takes effect.
+    Fault(Fault),
 }
 
 /// A pending event's place in the queue: (time, sequence number, slot of
@@ -58,6 +67,12 @@ pub(crate) struct Host {
     pub sched: Scheduler,
     pub port: Port,
     pub tc_sched: TcScheduler,
+    /// Intervals `[start, end]` during which the host's link is down.
+    pub link_down: Vec<(Ps, Ps)>,
+    /// The send side processes nothing before this time (injected stall).
+    pub stalled_until: Ps,
+    /// Positive ACKs still to drop on arrival (injected).
+    pub drop_acks: u32,
 }
 
 /// First QP number handed out (QPNs below are reserved, as on real NICs).
@@ -82,6 +97,8 @@ pub(crate) struct World {
     /// Bumped by every change the verbs interface can observe: a CQE
     /// written, a QP moved to ERR, a message delivered (memory written).
     pub visible: u64,
+    /// What injected faults caused.
+    pub faults: FaultCounters,
 }
 
 impl World {
@@ -100,6 +117,9 @@ impl World {
                     sched: Scheduler::default(),
                     port: Port::default(),
                     tc_sched: TcScheduler::RoundRobin,
+                    link_down: Vec::new(),
+                    stalled_until: 0,
+                    drop_acks: 0,
                 }
             })
             .collect();
@@ -116,6 +136,7 @@ impl World {
             rng: ChaCha8Rng::seed_from_u64(seed),
             events_run: 0,
             visible: 0,
+            faults: FaultCounters::default(),
         }
     }
 
@@ -196,7 +217,9 @@ impl World {
             Event::Sched { host } => self.arbitrate(host),
             Event::WireDone { host, gen } => self.on_wire_done(host, gen),
             Event::Deliver { seg } => self.on_deliver(seg),
-            Event::Answer { host, qp, wqe, epoch, answer } => self.on_answer(host, qp, wqe, epoch, answer),
+            Event::Answer { host, qp, wqe, epoch, answer, from } => self.on_answer(host, qp, wqe, epoch, answer, from),
+            Event::RetryTimer { host, qp, epoch } => self.on_retry_timer(host, qp, epoch),
+            Event::Fault(fault) => self.apply_fault(fault),
         }
     }
 

@@ -1,0 +1,359 @@
+//! What the dataplane's integration tests share: a rig with the dataplane
+//! on host 0 of a [`SimFabric::pair`] and each tenant's peer [`Side`] on
+//! host 1 (as `perf-runner run` wires a scenario), a virtual-time driver
+//! whose every wait is bounded, test policies, and a ledger that checks
+//! exactly-once, in-order completion.
+//!
+//! Each test file includes it with `mod common;` and uses what it needs.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+
+use perf_dataplane::engine::{
+    Completion, CompletionKind, Dataplane, DataplaneConfig, RequestOp, TenantHandle, WorkRequest,
+};
+use perf_dataplane::perftest::Side;
+use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rnic::connect::{bring_up, endpoint};
+use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
+use perf_dataplane::rnic::{AccessFlags, Mr, QpTransition, RemoteAddr, Rnic, WcStatus};
+use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan, TenantStats};
+
+/// Most dataplane rounds in a row that may report progress before the
+/// test calls it a livelock.
+pub const MAX_BUSY_ROUNDS: usize = 1_000_000;
+/// Most fabric wake-ups one run may take.
+pub const MAX_WAKEUPS: usize = 20_000_000;
+
+/// A test policy that makes every message go through the preemption
+/// machinery: every request is split into `chunk`-byte sub-requests, each
+/// followed by `zw` zero-weight WRs, and each tenant may have only `cap`
+/// QPs active, rotated after `quantum_requests` requests or
+/// `quantum_bytes` bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForceSplit {
+    pub chunk: u32,
+    pub zw: u32,
+    pub cap: u32,
+    pub quantum_requests: u32,
+    pub quantum_bytes: u64,
+}
+
+impl ForceSplit {
+    /// 4 KiB chunks, 3 zero-weight WRs each, 1 active QP per tenant rotated
+    /// after 2 requests or 64 KiB.
+    pub const HEAVY: ForceSplit = ForceSplit { chunk: 4096, zw: 3, cap: 1, quantum_requests: 2, quantum_bytes: 65536 };
+
+    pub fn plan(&self) -> TenantPlan {
+        TenantPlan {
+            max_active_qps: self.cap,
+            quantum_requests: self.quantum_requests,
+            quantum_bytes: self.quantum_bytes,
+            quantum_ns: 0,
+            split: SplitPlan { chunk_bytes: self.chunk, zero_weight_per_chunk: self.zw },
+            split_threshold: 1,
+            class: TenantClass::Bandwidth,
+        }
+    }
+}
+
+impl Policy for ForceSplit {
+    fn name(&self) -> &str {
+        "force-split"
+    }
+
+    fn on_request(&mut self, _req: &RequestInfo, _plan: &TenantPlan) -> SplitPlan {
+        SplitPlan { chunk_bytes: self.chunk, zero_weight_per_chunk: self.zw }
+    }
+
+    fn on_tick(&mut self, _now_ns: u64, _stats: &[TenantStats], plans: &mut [TenantPlan]) {
+        plans.iter_mut().for_each(|p| *p = self.plan());
+    }
+}
+
+/// Which policy a run uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pol {
+    /// The built-in `passthrough`.
+    Passthrough,
+    /// The built-in `perf`.
+    Perf,
+    /// [`ForceSplit`] with the given parameters.
+    Force(ForceSplit),
+    /// Another built-in policy, by name (`justitia`, `weighted`, `slo`).
+    Named(&'static str),
+}
+
+impl Pol {
+    pub fn host(self) -> PolicyHost {
+        match self {
+            Pol::Passthrough => PolicyHost::builtin("passthrough").expect("built-in passthrough"),
+            Pol::Perf => PolicyHost::builtin("perf").expect("built-in perf"),
+            Pol::Force(p) => PolicyHost::new(Box::new(p)),
+            Pol::Named(n) => PolicyHost::builtin(n).expect("a built-in policy"),
+        }
+    }
+
+    /// Whether every message goes through splitting and rotation.
+    pub fn splits_everything(self) -> bool {
+        matches!(self, Pol::Force(_))
+    }
+}
+
+/// All rights, for every region and QP of these tests.
+pub fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
+}
+
+/// A byte pattern hashed from (position, seed): no two seeds and no two
+/// positions alike.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let mut x =
+                i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
+            x ^= x >> 29;
+            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
+/// One tenant of a rig: its handle, its region on host 0 and its peer side
+/// (QPs and target region) on host 1.
+pub struct TenantRig {
+    pub h: TenantHandle,
+    pub mr: Mr,
+    pub side: Side<SimRnic>,
+    /// Every completion delivered so far, in delivery order.
+    pub got: Vec<Completion>,
+}
+
+impl TenantRig {
+    /// Where the tenant's requests land at (or read from) the peer.
+    pub fn remote(&self, offset: u64) -> RemoteAddr {
+        self.side.mr.remote(offset as usize)
+    }
+}
+
+/// A dataplane on host 0 with its tenants, their peers on host 1.
+pub struct Rig {
+    pub f: SimFabric,
+    pub dp: Dataplane<SimRnic>,
+    /// Host 0's NIC, for CPU access to tenant memory.
+    pub cpu: SimRnic,
+    pub tenants: Vec<TenantRig>,
+}
+
+impl Rig {
+    pub fn new(seed: u64, pol: Pol, cfg: DataplaneConfig) -> Rig {
+        let f = SimFabric::pair(seed);
+        let dp = Dataplane::new(f.nic(0), pol.host(), cfg).expect("dataplane");
+        let cpu = f.nic(0);
+        Rig { f, dp, cpu, tenants: Vec::new() }
+    }
+
+    /// Adds a tenant with `nqps` connected QPs and a region of `mem` bytes
+    /// on each host; returns its index.
+    pub fn tenant(&mut self, name: &str, nqps: u32, mem: usize) -> usize {
+        let h = self.dp.add_tenant(name, 1).expect("add_tenant");
+        let t = h.id;
+        let mr = self.dp.reg_mr(t, mem.max(64)).expect("reg_mr");
+        let mut side = Side::new(self.f.nic(1), nqps as usize, mem, 0, 1024).expect("peer side");
+        for i in 0..nqps as usize {
+            let (index, ep) = self.dp.create_qp(t, 0).expect("create_qp");
+            assert_eq!(index as usize, i, "QP indices are dense per tenant");
+            let peer = side.qps[i];
+            self.dp.connect_qp(t, index, endpoint(&side.nic, peer.qp_num)).expect("connect_qp");
+            bring_up(&mut side.nic, peer.handle, ep, all_access()).expect("peer bring_up");
+        }
+        self.tenants.push(TenantRig { h, mr, side, got: Vec::new() });
+        self.tenants.len() - 1
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.f.now_ns()
+    }
+
+    /// A request of tenant `t` on `qp` for `len` bytes at `offset` of its
+    /// region (and, for WRITE / READ, at `offset` of the peer's).
+    pub fn wr(&self, t: usize, wr_id: u64, qp: u32, read: bool, offset: u64, len: u32) -> WorkRequest {
+        let tr = &self.tenants[t];
+        let remote = tr.remote(offset);
+        WorkRequest {
+            wr_id,
+            qp,
+            op: if read { RequestOp::Read { remote } } else { RequestOp::Write { remote } },
+            mr: tr.mr,
+            offset,
+            len,
+            posted_ns: self.now_ns(),
+        }
+    }
+
+    /// Brings tenant `t`'s failed QP `qp` back: a new QP on the
+    /// dataplane's side, the peer's QP reset and connected to it.
+    pub fn recover(&mut self, t: usize, qp: u32) {
+        let ep = self.dp.recover_qp(t as u32, qp).expect("recover_qp");
+        let side = &mut self.tenants[t].side;
+        let peer = side.qps[qp as usize];
+        side.nic.modify_qp(peer.handle, QpTransition::Reset).expect("reset peer");
+        bring_up(&mut side.nic, peer.handle, ep, all_access()).expect("peer bring_up");
+        let remote = endpoint(&side.nic, peer.qp_num);
+        self.dp.connect_qp(t as u32, qp, remote).expect("connect_qp");
+    }
+
+    /// Runs dataplane rounds until one does nothing, then takes every
+    /// tenant's waiting completions. Returns whether anything happened.
+    pub fn pump(&mut self) -> bool {
+        let mut did = false;
+        let mut n = 0;
+        while self.dp.round().expect("round") {
+            did = true;
+            n += 1;
+            assert!(n < MAX_BUSY_ROUNDS, "the dataplane reported progress {n} rounds in a row");
+        }
+        for tr in &mut self.tenants {
+            while let Some(c) = tr.h.poll() {
+                tr.got.push(c);
+                did = true;
+            }
+        }
+        did
+    }
+
+    /// Drives the fabric and the loop in virtual time. At every visible
+    /// instant (and at `hook`'s wake-up times) the loop runs until idle, the
+    /// tenants' completions are collected and `hook` runs; `hook` returns
+    /// `Some(t)` to be woken at `t` ns at the latest, `None` once it is done.
+    /// Returns the time it finished; panics if it is not done by
+    /// `deadline_ns`.
+    pub fn drive(&mut self, deadline_ns: u64, mut hook: impl FnMut(&mut Rig) -> Option<u64>) -> u64 {
+        for _ in 0..MAX_WAKEUPS {
+            loop {
+                let pumped = self.pump();
+                let before: usize = self.tenants.iter().map(|t| t.got.len()).sum();
+                let queued: usize = self.tenants.iter().map(|t| t.h.queued()).sum();
+                let wake = hook(self);
+                // The hook may have posted: let the loop see it before
+                // sleeping (a queue the loop leaves full is back-pressure).
+                let posted = self.tenants.iter().map(|t| t.h.queued()).sum::<usize>() > queued;
+                let after: usize = self.tenants.iter().map(|t| t.got.len()).sum();
+                match wake {
+                    None => return self.now_ns(),
+                    Some(_) if pumped || posted || before != after => continue,
+                    Some(wake) => {
+                        // The loop's own timer (policy tick) is a wake-up too.
+                        let limit_ns = wake.min(deadline_ns).min(self.dp.next_timer_ns()).max(self.now_ns() + 1);
+                        assert!(self.now_ns() < deadline_ns, "not done by {deadline_ns} ns of virtual time");
+                        if !self.f.step_until_visible(limit_ns * PS_PER_NS) {
+                            self.f.advance_to_ns(limit_ns);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("not done after {MAX_WAKEUPS} wake-ups");
+    }
+
+    /// Runs `ns` more of virtual time, collecting completions.
+    pub fn idle_for(&mut self, ns: u64) {
+        let until = self.now_ns() + ns;
+        self.drive(until + 1, |r| (r.now_ns() < until).then_some(until));
+    }
+
+    pub fn read_local(&self, t: usize, off: usize, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.cpu.read_mr(self.tenants[t].mr.handle, off, &mut out).expect("read_mr");
+        out
+    }
+
+    pub fn read_peer(&self, t: usize, off: usize, len: usize) -> Vec<u8> {
+        let s = &self.tenants[t].side;
+        let mut out = vec![0u8; len];
+        s.nic.read_mr(s.mr.handle, off, &mut out).expect("read_mr");
+        out
+    }
+
+    pub fn write_local(&mut self, t: usize, off: usize, data: &[u8]) {
+        let h = self.tenants[t].mr.handle;
+        self.cpu.write_mr(h, off, data).expect("write_mr");
+    }
+
+    pub fn write_peer(&mut self, t: usize, off: usize, data: &[u8]) {
+        let s = &mut self.tenants[t].side;
+        let h = s.mr.handle;
+        s.nic.write_mr(h, off, data).expect("write_mr");
+    }
+}
+
+/// Posts `wr`, which must be accepted.
+pub fn post(h: &TenantHandle, wr: WorkRequest) {
+    h.post(wr).unwrap_or_else(|e| panic!("post of wr {} refused: {e}", wr.wr_id));
+}
+
+/// What a tenant posted: per QP, the wr_ids in post order, and each
+/// wr_id's (QP, length).
+#[derive(Default)]
+pub struct Ledger {
+    pub per_qp: HashMap<u32, Vec<u64>>,
+    pub by_id: HashMap<u64, (u32, u32)>,
+}
+
+impl Ledger {
+    pub fn record(&mut self, wr: &WorkRequest) {
+        assert!(self.by_id.insert(wr.wr_id, (wr.qp, wr.len)).is_none(), "test bug: wr_id {} reused", wr.wr_id);
+        self.per_qp.entry(wr.qp).or_default().push(wr.wr_id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Checks `got` against what was posted: every completion is of a
+    /// posted request on its QP, successful, with its byte count, at most
+    /// once, and each QP's completions come in post order; with
+    /// `complete`, every posted request completed.
+    pub fn check(&self, got: &[Completion], complete: bool) -> Result<(), String> {
+        self.check_outcomes(got, complete, false).map(|_| ())
+    }
+
+    /// [`Ledger::check`], but with `allow_errors` a request may also fail
+    /// (with no bytes). Returns each completed request's wr_id and status,
+    /// in delivery order.
+    pub fn check_outcomes(
+        &self,
+        got: &[Completion],
+        complete: bool,
+        allow_errors: bool,
+    ) -> Result<Vec<(u64, WcStatus)>, String> {
+        let mut seen = HashSet::new();
+        let mut next: HashMap<u32, usize> = HashMap::new();
+        let mut out = Vec::with_capacity(got.len());
+        for c in got {
+            let Some(&(qp, len)) = self.by_id.get(&c.wr_id) else {
+                return Err(format!("completion of wr_id {:#x} that the tenant never posted: {c:?}", c.wr_id));
+            };
+            if !seen.insert(c.wr_id) {
+                return Err(format!("wr_id {:#x} completed twice: {c:?}", c.wr_id));
+            }
+            let bytes_ok = if c.status.is_ok() { c.byte_len == len } else { allow_errors && c.byte_len == 0 };
+            if c.qp != qp || !bytes_ok || c.kind != CompletionKind::Send {
+                return Err(format!("wrong completion for wr {:#x} (qp {qp}, {len} B): {c:?}", c.wr_id));
+            }
+            let k = next.entry(qp).or_default();
+            let want = self.per_qp[&qp][*k];
+            if want != c.wr_id {
+                return Err(format!("QP {qp}: wr {:#x} completed before wr {want:#x}, posted earlier", c.wr_id));
+            }
+            *k += 1;
+            out.push((c.wr_id, c.status));
+        }
+        if complete && seen.len() != self.by_id.len() {
+            let missing: Vec<u64> = self.by_id.keys().filter(|id| !seen.contains(id)).copied().collect();
+            return Err(format!("{} of {} requests never completed: {missing:x?}", missing.len(), self.by_id.len()));
+        }
+        Ok(out)
+    }
+}
