@@ -22,10 +22,18 @@
 //! shorter; `PERF_BENCH_ONLY=TEXT` runs only the configurations whose name
 //! contains TEXT (for profiling one, e.g. under `valgrind --tool=callgrind`).
 //!
+//! A second section runs the loop over the null RNIC (`perf_benches::null_rnic`:
+//! every WQE executes at once, at no cost), in wall time: the loop's own
+//! ceiling, including the wasm `perf` policy beside a delay-sensitive
+//! tenant (so it posts 16 zero-weight WRs per 16 KiB chunk).
+//!
 //! `cargo bench -p perf-benches --bench dispatch`
 
 use std::time::{Duration, Instant};
 
+use perf_benches::load::{DriveSample, Load, LoadShape};
+use perf_benches::null_rnic::NullRnic;
+use perf_benches::results::Recorder;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, WorkRequest};
 use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::PolicyHost;
@@ -243,9 +251,19 @@ fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
     }
 }
 
+/// The loop over the null RNIC (no NIC cost at all): one bulk tenant with
+/// 8 x 1 MB WRITEs outstanding, and for the policies that need one to
+/// split with zero-weight WRs, a delay-sensitive tenant beside it.
+fn null_run(policy: PolicyHost, with_delay_tenant: bool, budget: Duration) -> DriveSample {
+    let shape = LoadShape { tenants: 1, qps: 1, depth: DEPTH as u32, msg: MSG, with_delay_tenant };
+    let mut load = Load::new(NullRnic::new(), policy, shape).expect("null-NIC load");
+    load.drive(budget / 4, budget).expect("drive")
+}
+
 fn main() {
-    let quick = std::env::var("PERF_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let quick = perf_benches::quick();
     let (runs, warmup_ms, virtual_ms) = if quick { (1, 2, 6) } else { (5, 2, 22) };
+    let mut rec = Recorder::new("dispatch");
     println!(
         "dispatch: WQEs posted per second of wall time inside Dataplane::round, one bulk tenant \
          ({DEPTH} x {MSG} B WRITE outstanding, 1 QP), {} ms virtual after {warmup_ms} ms warm-up, {runs} run(s)",
@@ -258,6 +276,7 @@ fn main() {
         ("perf (builtin)", || PolicyHost::builtin("perf").expect("perf")),
     ];
     let only = std::env::var("PERF_BENCH_ONLY").unwrap_or_default();
+    println!("over the simulated ConnectX-6:");
     for (name, make) in configs.into_iter().filter(|(name, _)| name.contains(only.as_str())) {
         let mut samples: Vec<Sample> = (0..runs).map(|_| run(make(), warmup_ms, virtual_ms)).collect();
         samples.sort_by(|a, b| a.wqes_per_s().total_cmp(&b.wqes_per_s()));
@@ -280,6 +299,45 @@ fn main() {
             m.gbps,
             all.join(", ")
         );
+        rec.figure(&format!("sim/{name}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
+        rec.figure(&format!("sim/{name}/loop_ns_per_wqe"), m.loop_ns_per_wqe(), "ns");
     }
-    println!("need: ~12 M WQEs/s for PeRF at 100 Gb/s (17 WQEs per 16 KiB chunk)");
+
+    // The loop alone, over the null RNIC, in wall time.
+    let budget = if quick { Duration::from_millis(100) } else { Duration::from_millis(500) };
+    println!("over the null RNIC (the loop alone; {} ms of wall time per run, {runs} run(s)):", budget.as_millis());
+    type MakeNull = (&'static str, fn() -> PolicyHost, bool);
+    let null_configs: [MakeNull; 4] = [
+        ("passthrough", || PolicyHost::builtin("passthrough").expect("passthrough"), false),
+        ("perf 16K+16zw", || PolicyHost::new(Box::new(FixedSplit { chunk: 16384, zw: 16 })), false),
+        ("perf native +D", || PolicyHost::builtin("perf").expect("perf"), true),
+        ("perf wasm +D", || PolicyHost::load("wasm:perf").expect("the build script embeds perf.wasm"), true),
+    ];
+    let mut rate = std::collections::BTreeMap::new();
+    for (name, make, delay) in null_configs.into_iter().filter(|(name, ..)| name.contains(only.as_str())) {
+        let mut samples: Vec<DriveSample> = (0..runs).map(|_| null_run(make(), delay, budget)).collect();
+        samples.sort_by(|a, b| a.wqes_per_s().total_cmp(&b.wqes_per_s()));
+        let m = samples[samples.len() / 2];
+        println!(
+            "  {name:<15} {:>7.2} M WQEs/s {:>6.1} ns/WQE ({} WQEs, {} zero-weight, {} rounds, {:.0} ns/round)",
+            m.wqes_per_s() / 1e6,
+            m.ns_per_wqe(),
+            m.wqes,
+            m.zero_weight,
+            m.rounds,
+            m.ns_per_round()
+        );
+        rec.figure(&format!("null/{name}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
+        rate.insert(name, m.wqes_per_s());
+    }
+    if let (Some(w), Some(n)) = (rate.get("perf wasm +D"), rate.get("perf native +D")) {
+        println!("  wasm perf / native perf dispatch rate: {:.2}x", w / n);
+        rec.ratio("null/wasm_over_native_rate", w / n);
+    }
+    if let (Some(z), Some(p)) = (rate.get("perf 16K+16zw"), rate.get("passthrough")) {
+        println!("  16K+16zw / passthrough dispatch rate: {:.2}x", z / p);
+        rec.ratio("null/zw_over_passthrough_rate", z / p);
+    }
+    println!("need: ~12 M WQEs/s for PeRF at 100 Gb/s (17 WQEs per 16 KiB chunk); aim: 20 M WQEs/s with wasm perf");
+    rec.save();
 }

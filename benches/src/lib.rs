@@ -1,1 +1,22 @@
-//! Shared helpers of the PeRF-rs benchmarks.
+//! Shared pieces of the PeRF-rs benchmarks: a null RNIC that measures the
+//! dataplane loop alone ([`null_rnic`]), a synthetic multi-tenant load over
+//! any RNIC ([`load`]), and the record of each run's figures that the
+//! regression guard reads ([`results`]).
+
+pub mod load;
+pub mod null_rnic;
+pub mod results;
+
+/// Whether `PERF_BENCH_QUICK=1` asks for the CI smoke mode (each case once, short).
+pub fn quick() -> bool {
+    std::env::var("PERF_BENCH_QUICK").is_ok_and(|v| v == "1")
+}
+
+/// The median of `v` (sorted in place); 0 for an empty slice.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

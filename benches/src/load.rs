@@ -1,0 +1,168 @@
+//! A synthetic tenant load for benchmarks over any [`Rnic`]: `tenants`
+//! bandwidth tenants with `qps` QPs each, every QP keeping `depth` WRITEs of
+//! `msg` bytes outstanding, plus optionally one delay-sensitive tenant (a
+//! 16 B WRITE, one at a time) so that PeRF-style policies insert
+//! zero-weight WRs. QPs are connected to themselves (loopback), which is
+//! all a null NIC needs.
+//!
+//! [`Load::drive`] plays the tenants and runs the loop for a wall-clock
+//! budget, timing only what happens inside [`Dataplane::round`].
+
+use std::time::{Duration, Instant};
+
+use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, TenantHandle, WorkRequest};
+use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic, RnicError};
+
+/// The shape of the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadShape {
+    /// Bandwidth tenants.
+    pub tenants: u32,
+    /// QPs per bandwidth tenant.
+    pub qps: u32,
+    /// Outstanding messages per QP.
+    pub depth: u32,
+    /// Message size in bytes.
+    pub msg: u32,
+    /// Add one delay-sensitive tenant (16 B ping, one at a time).
+    pub with_delay_tenant: bool,
+}
+
+struct LoadTenant {
+    handle: TenantHandle,
+    mr: Mr,
+    remote: RemoteAddr,
+    outstanding: Vec<u32>,
+    size: u32,
+    depth: u32,
+}
+
+/// The dataplane with its tenants.
+pub struct Load<R: Rnic> {
+    /// The loop under test.
+    pub dp: Dataplane<R>,
+    tenants: Vec<LoadTenant>,
+    next_wr: u64,
+}
+
+/// What [`Load::drive`] measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DriveSample {
+    /// Rounds run.
+    pub rounds: u64,
+    /// WQEs posted.
+    pub wqes: u64,
+    /// Zero-weight WRs among them.
+    pub zero_weight: u64,
+    /// Application messages completed.
+    pub messages: u64,
+    /// Wall time inside `round()`.
+    pub in_round: Duration,
+}
+
+impl DriveSample {
+    /// WQEs posted per second of time inside the loop.
+    pub fn wqes_per_s(&self) -> f64 {
+        self.wqes as f64 / self.in_round.as_secs_f64().max(1e-12)
+    }
+
+    /// Nanoseconds of loop time per WQE.
+    pub fn ns_per_wqe(&self) -> f64 {
+        self.in_round.as_nanos() as f64 / self.wqes.max(1) as f64
+    }
+
+    /// Nanoseconds per round.
+    pub fn ns_per_round(&self) -> f64 {
+        self.in_round.as_nanos() as f64 / self.rounds.max(1) as f64
+    }
+}
+
+impl<R: Rnic> Load<R> {
+    /// Builds the dataplane over `nic` under `policy` with the tenants of `shape`.
+    pub fn new(nic: R, policy: PolicyHost, shape: LoadShape) -> Result<Self, RnicError> {
+        let cfg = DataplaneConfig::default();
+        let mut dp = Dataplane::new(nic, policy, cfg)?;
+        let mut tenants = Vec::new();
+        let mut specs = vec![(shape.qps, shape.msg, shape.depth); shape.tenants as usize];
+        if shape.with_delay_tenant {
+            specs.push((1, 16, 1));
+        }
+        for (i, (qps, size, depth)) in specs.into_iter().enumerate() {
+            let handle = dp.add_tenant(&format!("t{i}"), 1)?;
+            let mr = dp.reg_mr(handle.id, size as usize)?;
+            for _ in 0..qps {
+                let (index, ep) = dp.create_qp(handle.id, 0)?;
+                dp.connect_qp(handle.id, index, ep)?;
+            }
+            tenants.push(LoadTenant {
+                remote: mr.remote(0),
+                handle,
+                mr,
+                outstanding: vec![0; qps as usize],
+                size,
+                depth,
+            });
+        }
+        Ok(Load { dp, tenants, next_wr: 0 })
+    }
+
+    /// Reaps completions and tops every QP up to its depth.
+    fn play_tenants(&mut self) -> u64 {
+        let mut done = 0;
+        for t in &mut self.tenants {
+            while let Some(c) = t.handle.poll() {
+                if let Some(o) = t.outstanding.get_mut(c.qp as usize) {
+                    *o = o.saturating_sub(1);
+                }
+                done += 1;
+            }
+            for qp in 0..t.outstanding.len() {
+                while t.outstanding[qp] < t.depth {
+                    self.next_wr += 1;
+                    let wr = WorkRequest {
+                        wr_id: self.next_wr,
+                        qp: qp as u32,
+                        op: RequestOp::Write { remote: t.remote },
+                        mr: t.mr,
+                        offset: 0,
+                        len: t.size,
+                        posted_ns: 0,
+                    };
+                    if t.handle.post(wr).is_err() {
+                        break;
+                    }
+                    t.outstanding[qp] += 1;
+                }
+            }
+        }
+        done
+    }
+
+    /// Plays the tenants and runs the loop for `budget` of wall time (at
+    /// least one round), after `warmup` of the same untimed.
+    pub fn drive(&mut self, warmup: Duration, budget: Duration) -> Result<DriveSample, RnicError> {
+        let t0 = Instant::now();
+        while t0.elapsed() < warmup {
+            self.play_tenants();
+            self.dp.round()?;
+        }
+        let c0 = self.dp.counters();
+        let mut s = DriveSample::default();
+        let t1 = Instant::now();
+        loop {
+            s.messages += self.play_tenants();
+            let t = Instant::now();
+            self.dp.round()?;
+            s.in_round += t.elapsed();
+            s.rounds += 1;
+            if t1.elapsed() >= budget {
+                break;
+            }
+        }
+        let c = self.dp.counters();
+        s.wqes = c.wqes_posted - c0.wqes_posted;
+        s.zero_weight = c.zero_weight_wrs - c0.zero_weight_wrs;
+        Ok(s)
+    }
+}
