@@ -19,6 +19,7 @@ pub mod control_qp;
 mod pinned;
 mod qp;
 mod split;
+mod supervise;
 pub mod tenant;
 
 use std::collections::VecDeque;
@@ -30,6 +31,7 @@ use crate::policy::PolicyHost;
 use crate::rnic::*;
 use control_qp::ControlQp;
 pub use pinned::PinReport;
+pub use supervise::{SwapOutcome, SwapRecord};
 use qp::{Cursor, DpQp, Meta};
 use split::{emit_chunk, WqeSpec};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
@@ -45,11 +47,22 @@ pub struct DataplaneConfig {
     pub completion_queue: usize,
     /// Requests taken from one tenant per round.
     pub max_requests_per_round: usize,
+    /// The policy watchdog's bound, in ns of the NIC's clock: a data QP
+    /// with backlog that completes nothing for longer than this under a
+    /// policy other than passthrough makes the host drop the policy (0 =
+    /// no watchdog). See [`Dataplane::swap_policy`] and `docs/hostile-policies.md`.
+    pub watchdog_ns: u64,
 }
 
 impl Default for DataplaneConfig {
     fn default() -> Self {
-        DataplaneConfig { sq_depth: 2048, request_queue: 8192, completion_queue: 8192, max_requests_per_round: 512 }
+        DataplaneConfig {
+            sq_depth: 2048,
+            request_queue: 8192,
+            completion_queue: 8192,
+            max_requests_per_round: 512,
+            watchdog_ns: 1_000_000_000,
+        }
     }
 }
 
@@ -136,6 +149,8 @@ pub struct Dataplane<R: Rnic> {
     /// Scratch buffers reused every round (no per-round allocation).
     scratch: Scratch,
     counters: DataplaneCounters,
+    /// Policy swaps and the watchdog.
+    sup: supervise::Supervisor,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -182,6 +197,7 @@ impl<R: Rnic> Dataplane<R> {
             specs: Vec::with_capacity(1024),
             scratch: Scratch::default(),
             counters: DataplaneCounters::default(),
+            sup: supervise::Supervisor::default(),
         })
     }
 
@@ -200,7 +216,7 @@ impl<R: Rnic> Dataplane<R> {
     /// virtual-time driver with no NIC event before then should still run
     /// a round at that time.
     pub fn next_timer_ns(&self) -> u64 {
-        self.next_tick_ns
+        self.next_tick_ns.min(self.sup.next_timer_ns(&self.cfg))
     }
 
     /// The policy host (its name and counters).
@@ -211,17 +227,6 @@ impl<R: Rnic> Dataplane<R> {
     /// The class the policy last gave each tenant.
     pub fn classes(&self) -> Vec<TenantClass> {
         self.plans.iter().map(|p| p.class).collect()
-    }
-
-    /// Replaces the policy at a round boundary. Held and posted work is
-    /// kept; the new policy's plans apply from its first tick.
-    pub fn swap_policy(&mut self, policy: PolicyHost) {
-        self.policy = policy;
-        for (i, t) in self.tenants.iter().enumerate() {
-            self.policy.on_tenant(&TenantInfo { tenant: i as u32, qps: t.qps.len() as u32, weight: t.weight });
-        }
-        self.plans.iter_mut().for_each(|p| *p = TenantPlan::PASSTHROUGH);
-        self.next_tick_ns = 0;
     }
 
     /// Adds a tenant with its own protection domain and control QP.
@@ -303,10 +308,17 @@ impl<R: Rnic> Dataplane<R> {
     pub fn round(&mut self) -> Result<bool, RnicError> {
         self.counters.rounds += 1;
         let now = self.nic.clock_ns();
+        if self.sup.has_pending() {
+            // At the round boundary, before the tick: a new policy ticks at once.
+            self.apply_swaps(now);
+        }
         let mut did = self.drain_requests(now);
         did |= self.flush_overflow();
         if now >= self.next_tick_ns {
             self.tick(now);
+        }
+        if self.cfg.watchdog_ns > 0 && now >= self.sup.next_watchdog_ns {
+            self.watchdog(now);
         }
         self.manage_active_sets(now)?;
         did |= self.post_all(now)?;
@@ -633,7 +645,12 @@ impl<R: Rnic> Dataplane<R> {
                 let req = request_info(t as u32, &wr, q.depth() + 1);
                 // The split plan is decided when the message starts, so it
                 // reflects the policy's current view.
-                let split = self.policy.on_request(&req, &self.plans[t]);
+                let mut split = self.policy.on_request(&req, &self.plans[t]);
+                // A chunk and its zero-weight WRs must fit an empty send
+                // queue (beside a WAIT and the control reserve), or the QP
+                // could never post again.
+                let max_zw = depth.saturating_sub(CTRL_RESERVE + 2);
+                split.zero_weight_per_chunk = split.zero_weight_per_chunk.min(max_zw);
                 self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
             }
             let q = &mut self.qps[qi];
@@ -876,6 +893,9 @@ impl<R: Rnic> Dataplane<R> {
         let newly_failed = !wc.status.is_ok() && !q.failed;
         let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
+        if !out.is_empty() {
+            q.progress_ns = now;
+        }
         for c in out.drain(..) {
             self.deliver(t, c);
         }
