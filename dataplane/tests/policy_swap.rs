@@ -81,6 +81,16 @@ fn run_swapping(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol, swaps: &[(u64, 
     // Each trapping module that got to tick trapped (one installed after the
     // traffic ended still ticks: the loop runs until idle).
     prop_assert!(traps <= trapping);
+    // The last swap decides what runs at the end (a trapping module ticked
+    // at once, trapped, and left passthrough).
+    let last = swaps.iter().max_by_key(|s| s.0).map(|s| s.1);
+    let running = rig.dp.policy().name();
+    let want = match last {
+        Some(To::Perf | To::WasmPerf) => "perf",
+        Some(To::Force) => "force-split",
+        _ => "passthrough",
+    };
+    prop_assert_eq!(running, want);
     for e in rig.dp.policy().exits() {
         prop_assert_eq!((e.kind, e.hook), (FaultKind::Trap, "on_tick"), "{:?}", e);
     }

@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use perf_dataplane::engine::{Dataplane, DataplaneConfig};
+use perf_dataplane::engine::{Dataplane, DataplaneConfig, SwapOutcome, SwapRecord};
 use perf_dataplane::perftest::{run_virtual, App, Side};
-use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::policy::loader::PolicySpec;
+use perf_dataplane::policy::wasm::WasmLimits;
+use perf_dataplane::policy::{ExitInfo, PolicyHost};
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags};
 
@@ -37,6 +39,38 @@ pub struct Args {
     /// Write the report as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Swap the policy at MS milliseconds of virtual time to POLICY (a
+    /// built-in name, `wasm:NAME` or a `.wasm` file); repeatable. The
+    /// module is prepared off the loop at the start and installed at the
+    /// first round at or after MS; the run prints each swap and its outcome.
+    #[arg(long = "swap-at", value_name = "MS=POLICY")]
+    swap_at: Vec<String>,
+}
+
+/// One `--swap-at`: when (ms of virtual time) and to what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwapAt {
+    /// Virtual time, ms.
+    pub ms: f64,
+    /// The policy (built-in name, `wasm:NAME` or a `.wasm` file).
+    pub policy: String,
+}
+
+/// Parses `--swap-at MS=POLICY`.
+pub fn parse_swap_at(s: &str) -> anyhow::Result<SwapAt> {
+    let Some((ms, policy)) = s.split_once('=') else {
+        anyhow::bail!("--swap-at {s:?}: expected MS=POLICY, e.g. 50=wasm:perf");
+    };
+    let ms: f64 =
+        ms.trim().parse().with_context(|| format!("--swap-at {s:?}: {:?} is not a time in ms", ms.trim()))?;
+    if !ms.is_finite() || ms < 0.0 {
+        anyhow::bail!("--swap-at {s:?}: the time must be a non-negative number of ms");
+    }
+    let policy = policy.trim();
+    if policy.is_empty() {
+        anyhow::bail!("--swap-at {s:?}: no policy after `=`");
+    }
+    Ok(SwapAt { ms, policy: policy.to_string() })
 }
 
 /// Parses `--hw`.
@@ -57,6 +91,17 @@ pub fn parse_hw(s: &str) -> anyhow::Result<TcScheduler> {
 
 /// Runs one scenario under one configuration.
 pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Result<Report> {
+    run_scenario_swapping(sc, policy, hw, &[]).map(|(r, _)| r)
+}
+
+/// [`run_scenario`] with scripted policy swaps; also returns the swap
+/// records and the policy exits (fallbacks, watchdog) of the run.
+pub fn run_scenario_swapping(
+    sc: &Scenario,
+    policy: &str,
+    hw: &TcScheduler,
+    swaps: &[SwapAt],
+) -> anyhow::Result<(Report, PolicyLog)> {
     let profile = RnicProfile::by_name(&sc.profile).with_context(|| {
         format!("key `profile`: unknown RNIC profile {:?} (known: {})", sc.profile, RnicProfile::NAMES.join(", "))
     })?;
@@ -91,6 +136,10 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
         peers.push(PeerApp::new(spec, side, client_recv));
         tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), (warm, end)));
     }
+    for s in swaps {
+        let at_ns = (s.ms * 1e6) as u64;
+        dp.schedule_swap(at_ns, PolicySpec::Named(s.policy.clone()), WasmLimits::default())?;
+    }
     {
         let mut apps: Vec<&mut dyn App> = Vec::new();
         for t in tenants.iter_mut() {
@@ -102,10 +151,11 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
         }
         run_virtual(&fabric, &mut apps, end + 1_000_000).context("simulation failed")?;
     }
+    let log = PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() };
     let window_ns = end - warm;
     let nic = fabric.counters(0);
     let reports = tenants.iter().map(|t| TenantReport::new(t.name(), t.result(), window_ns)).collect();
-    Ok(Report {
+    let report = Report {
         config: policy.to_string(),
         scenario: String::new(),
         policy: policy.to_string(),
@@ -119,7 +169,55 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
         },
         dataplane: dp.counters(),
         policy_counters: dp.policy().counters,
-    })
+    };
+    Ok((report, log))
+}
+
+/// What happened to the policy during a run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PolicyLog {
+    /// Every swap, in order.
+    pub swaps: Vec<SwapRecord>,
+    /// Every exit (fallback to passthrough), in order.
+    pub exits: Vec<ExitInfo>,
+}
+
+impl PolicyLog {
+    /// The swaps and exits as text lines (nothing if there were none).
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        if !self.swaps.is_empty() {
+            out.push_str("policy swaps:\n");
+        }
+        for s in &self.swaps {
+            let what = match &s.outcome {
+                SwapOutcome::Accepted => "accepted".to_string(),
+                SwapOutcome::Refused(why) => format!("REFUSED: {why}"),
+            };
+            let cached = if s.cached { ", module cached" } else { "" };
+            out.push_str(&format!(
+                "  {:>10.3} ms  {} -> {}  {what} (prepared in {:.2} ms{cached})\n",
+                s.at_ns as f64 / 1e6,
+                s.from,
+                s.to,
+                s.prepare_ns as f64 / 1e6
+            ));
+        }
+        if !self.exits.is_empty() {
+            out.push_str("policy exits (fell back to passthrough):\n");
+        }
+        for e in &self.exits {
+            out.push_str(&format!(
+                "  {:>10.3} ms  {} in {}: {:?}: {}\n",
+                e.at_ns as f64 / 1e6,
+                e.policy,
+                e.hook,
+                e.kind,
+                e.message
+            ));
+        }
+        out
+    }
 }
 
 /// Runs the command.
@@ -127,7 +225,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let sc = Scenario::load(&a.scenario)?;
     let hw = parse_hw(&a.hw)?;
     let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
-    let mut report = run_scenario(&sc, policy, &hw)?;
+    let swaps = a.swap_at.iter().map(|s| parse_swap_at(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let (mut report, log) = run_scenario_swapping(&sc, policy, &hw, &swaps)?;
     report.scenario = a.scenario.display().to_string();
     if a.alone {
         for i in 0..sc.tenants.len() {
@@ -138,6 +237,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     print!("{}", report.table());
+    print!("{}", log.table());
     if let Some(path) = a.json {
         std::fs::write(&path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -165,5 +265,41 @@ mod tests {
         assert!(native.tenants.iter().all(|t| t.completed > 0));
         assert_eq!(wasm.policy_counters.fallbacks, 0);
         assert_eq!(wasm.policy_counters.traps, 0);
+    }
+
+    #[test]
+    fn swap_at_parses_and_names_what_is_wrong() {
+        assert_eq!(parse_swap_at("50=wasm:perf").expect("ok"), SwapAt { ms: 50.0, policy: "wasm:perf".into() });
+        assert_eq!(parse_swap_at(" 2.5 = p.wasm").expect("ok"), SwapAt { ms: 2.5, policy: "p.wasm".into() });
+        for (bad, says) in [("50", "MS=POLICY"), ("x=perf", "not a time"), ("-1=perf", "non-negative"), ("5=", "no policy")] {
+            let e = format!("{:#}", parse_swap_at(bad).expect_err(bad));
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    /// Scripted swaps in a run: perf -> wasm:perf -> a module that does
+    /// not exist (refused, wasm:perf stays) -> passthrough; each recorded
+    /// at or after its time; every tenant still completes.
+    #[test]
+    fn scripted_swaps_are_applied_and_reported() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
+        let sc = Scenario::load(&path).expect("scenario loads");
+        let hw = parse_hw("rr").expect("rr");
+        let swaps: Vec<SwapAt> = ["2=wasm:perf", "4=missing.wasm", "6=passthrough"]
+            .iter()
+            .map(|s| parse_swap_at(s).expect("parses"))
+            .collect();
+        let (report, log) = run_scenario_swapping(&sc, "perf", &hw, &swaps).expect("run");
+        let s = &log.swaps;
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert_eq!((s[0].from.as_str(), s[0].to.as_str(), &s[0].outcome), ("perf", "wasm:perf", &SwapOutcome::Accepted));
+        assert!(matches!(&s[1].outcome, SwapOutcome::Refused(why) if why.contains("missing.wasm")), "{:?}", s[1]);
+        assert_eq!((s[2].from.as_str(), s[2].to.as_str(), &s[2].outcome), ("perf", "passthrough", &SwapOutcome::Accepted));
+        for (rec, ms) in s.iter().zip([2.0, 4.0, 6.0]) {
+            assert!(rec.at_ns >= (ms * 1e6) as u64, "{rec:?}");
+        }
+        assert!(report.tenants.iter().all(|t| t.completed > 0));
+        let text = log.table();
+        assert!(text.contains("perf -> wasm:perf  accepted") && text.contains("REFUSED"), "{text}");
     }
 }
