@@ -231,7 +231,11 @@ impl<R: Rnic> Dataplane<R> {
         }
         let from = self.policy.name().to_string();
         host.inherit(&self.policy);
-        self.policy = host;
+        let old = std::mem::replace(&mut self.policy, host);
+        // Dropped by the loader thread when there is one.
+        if let Some(l) = &self.sup.loader {
+            let _ = l.retire(old);
+        }
         self.plans.fill(TenantPlan::PASSTHROUGH);
         // Tick in this round: the new plans apply before anything is posted.
         self.next_tick_ns = 0;

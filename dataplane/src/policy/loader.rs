@@ -124,6 +124,7 @@ pub fn prepare(req: LoadRequest) -> Prepared {
         for t in &req.tenants {
             host.on_tenant(t);
         }
+        host.prefault();
         // A fresh host has no exit: one now means it failed while loading
         // (its tick interval) or in `on_tenant`.
         match host.exit_info() {
@@ -141,9 +142,18 @@ pub fn prepare(req: LoadRequest) -> Prepared {
     }
 }
 
+/// Work for the loader thread.
+enum Job {
+    /// Prepare a policy.
+    Load(LoadRequest),
+    /// Drop a policy swapped out (tearing down a wasm instance unmaps its
+    /// memory: tens of microseconds kept off the loop).
+    Retire(Box<PolicyHost>),
+}
+
 /// The loader thread and its channels.
 pub struct PolicyLoader {
-    tx: Option<Sender<LoadRequest>>,
+    tx: Option<Sender<Job>>,
     rx: Receiver<Prepared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -151,12 +161,17 @@ pub struct PolicyLoader {
 impl PolicyLoader {
     /// Starts the loader thread.
     pub fn spawn() -> std::io::Result<Self> {
-        let (tx, req_rx) = unbounded::<LoadRequest>();
+        let (tx, req_rx) = unbounded::<Job>();
         let (done_tx, rx) = unbounded::<Prepared>();
         let thread = std::thread::Builder::new().name("perf-policy-loader".into()).spawn(move || {
-            while let Ok(req) = req_rx.recv() {
-                if done_tx.send(prepare(req)).is_err() {
-                    break;
+            while let Ok(job) = req_rx.recv() {
+                match job {
+                    Job::Load(req) => {
+                        if done_tx.send(prepare(req)).is_err() {
+                            break;
+                        }
+                    }
+                    Job::Retire(host) => drop(host),
                 }
             }
         })?;
@@ -165,7 +180,19 @@ impl PolicyLoader {
 
     /// Queues a request; `false` if the thread is gone.
     pub fn submit(&self, req: LoadRequest) -> bool {
-        self.tx.as_ref().is_some_and(|tx| tx.send(req).is_ok())
+        self.tx.as_ref().is_some_and(|tx| tx.send(Job::Load(req)).is_ok())
+    }
+
+    /// Hands a swapped-out policy to the thread to drop; gives it back if
+    /// the thread is gone.
+    pub fn retire(&self, host: PolicyHost) -> Result<(), PolicyHost> {
+        match &self.tx {
+            Some(tx) => tx.send(Job::Retire(Box::new(host))).map_err(|e| match e.0 {
+                Job::Retire(h) => *h,
+                Job::Load(_) => unreachable!("sent a retire job"),
+            }),
+            None => Err(host),
+        }
     }
 
     /// A prepared policy, if one is ready (never blocks).

@@ -195,6 +195,14 @@ impl PolicyHost {
         self.exits.drain(..extra);
     }
 
+    /// Touches a wasm policy's buffers so that their pages are mapped before
+    /// its first call on the dataplane core (the loader does this).
+    pub fn prefault(&mut self) {
+        if let Hosted::Wasm(w) = &mut self.policy {
+            w.prefault();
+        }
+    }
+
     /// Whether the running policy is the native passthrough (nothing to
     /// fall back to).
     pub fn is_passthrough(&self) -> bool {

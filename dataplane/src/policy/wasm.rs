@@ -552,6 +552,25 @@ impl WasmPolicy {
         Ok(())
     }
 
+    /// Writes every byte of the stats, plans and request buffers back in
+    /// place, so that the pages are faulted in (by the caller's thread)
+    /// before the first call. The contents do not change.
+    pub fn prefault(&mut self) {
+        let n = self.max_tenants;
+        let ranges = [
+            (self.stats_ptr, n * abi::STATS_SIZE),
+            (self.plans_ptr, n * abi::PLAN_SIZE),
+            (self.request_ptr, abi::REQUEST_SLOT_SIZE),
+        ];
+        let mem = self.memory.data_mut(&mut self.store);
+        for (at, len) in ranges {
+            if let Some(b) = mem.get_mut(at..at.saturating_add(len)) {
+                let copy = b.to_vec();
+                b.copy_from_slice(&copy);
+            }
+        }
+    }
+
     /// Calls `perf_on_tenant`.
     pub fn on_tenant(&mut self, t: &TenantInfo) -> Result<(), Fault> {
         Self::arm(&mut self.store, self.limits);
