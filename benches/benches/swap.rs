@@ -76,7 +76,7 @@ fn stall(swaps: usize) -> Stall {
             break;
         }
         if requested < swaps && now >= next_swap_ns {
-            let to = if requested % 2 == 0 { "wasm:perf" } else { "perf" };
+            let to = if requested.is_multiple_of(2) { "wasm:perf" } else { "perf" };
             dp.request_swap(PolicySpec::from(to), WasmLimits::default()).expect("request");
             requested += 1;
             next_swap_ns += period_ns;

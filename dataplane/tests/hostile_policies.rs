@@ -129,7 +129,11 @@ fn malformed_modules_are_refused() {
     let huge = ::wat::parse_str(&huge).expect("WAT");
     check("huge module", bytes("huge", huge), Want::Refused("more than the 1048576-byte cap"));
     // A memory of 64 MiB from the start: over the 4 MiB memory cap.
-    check("huge memory", bytes("mem", Wat { memory_pages: 1024, ..Wat::default() }.bytes()), Want::Refused("instantiation"));
+    check(
+        "huge memory",
+        bytes("mem", Wat { memory_pages: 1024, ..Wat::default() }.bytes()),
+        Want::Refused("instantiation"),
+    );
     // A file that is not wasm.
     let path = std::env::temp_dir().join(format!("perf-hostile-{}.wasm", std::process::id()));
     std::fs::write(&path, "#!/bin/sh\necho not a policy\n").expect("write temp file");

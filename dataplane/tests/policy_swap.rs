@@ -189,13 +189,15 @@ fn request_swap_loads_off_the_loop_and_the_cache_serves_the_second_load() {
     rig.tenant("a", 2, 1 << 16);
     let ticks = rig.dp.counters().ticks;
     let label = "perf (bytes)".to_string();
-    rig.dp.request_swap(PolicySpec::Bytes { label: label.clone(), bytes: bytes.into() }, WasmLimits::default()).expect("request");
+    rig.dp
+        .request_swap(PolicySpec::Bytes { label: label.clone(), bytes: bytes.into() }, WasmLimits::default())
+        .expect("request");
     let mut rounds = 0u64;
     while rig.dp.pending_swaps() > 0 {
         rig.dp.round().expect("round");
         rounds += 1;
         assert!(rounds < 50_000_000, "the loader never answered");
-        if rounds % 1000 == 0 {
+        if rounds.is_multiple_of(1000) {
             std::thread::yield_now();
         }
     }
@@ -203,7 +205,10 @@ fn request_swap_loads_off_the_loop_and_the_cache_serves_the_second_load() {
     assert!(rig.dp.policy().is_wasm());
     assert!(rig.dp.counters().ticks > ticks, "the new policy ticked at once");
     let rec = &rig.dp.swaps()[0];
-    assert_eq!((rec.from.as_str(), rec.to.as_str(), &rec.outcome), ("passthrough", label.as_str(), &SwapOutcome::Accepted));
+    assert_eq!(
+        (rec.from.as_str(), rec.to.as_str(), &rec.outcome),
+        ("passthrough", label.as_str(), &SwapOutcome::Accepted)
+    );
     // The same bytes again: a cache hit.
     let hits = ModuleCache::global().counters().hits;
     rig.dp.request_swap(PolicySpec::Bytes { label, bytes: bytes.into() }, WasmLimits::default()).expect("request");

@@ -61,8 +61,7 @@ pub fn parse_swap_at(s: &str) -> anyhow::Result<SwapAt> {
     let Some((ms, policy)) = s.split_once('=') else {
         anyhow::bail!("--swap-at {s:?}: expected MS=POLICY, e.g. 50=wasm:perf");
     };
-    let ms: f64 =
-        ms.trim().parse().with_context(|| format!("--swap-at {s:?}: {:?} is not a time in ms", ms.trim()))?;
+    let ms: f64 = ms.trim().parse().with_context(|| format!("--swap-at {s:?}: {:?} is not a time in ms", ms.trim()))?;
     if !ms.is_finite() || ms < 0.0 {
         anyhow::bail!("--swap-at {s:?}: the time must be a non-negative number of ms");
     }
@@ -271,7 +270,9 @@ mod tests {
     fn swap_at_parses_and_names_what_is_wrong() {
         assert_eq!(parse_swap_at("50=wasm:perf").expect("ok"), SwapAt { ms: 50.0, policy: "wasm:perf".into() });
         assert_eq!(parse_swap_at(" 2.5 = p.wasm").expect("ok"), SwapAt { ms: 2.5, policy: "p.wasm".into() });
-        for (bad, says) in [("50", "MS=POLICY"), ("x=perf", "not a time"), ("-1=perf", "non-negative"), ("5=", "no policy")] {
+        for (bad, says) in
+            [("50", "MS=POLICY"), ("x=perf", "not a time"), ("-1=perf", "non-negative"), ("5=", "no policy")]
+        {
             let e = format!("{:#}", parse_swap_at(bad).expect_err(bad));
             assert!(e.contains(says), "{bad}: {e}");
         }
@@ -292,9 +293,15 @@ mod tests {
         let (report, log) = run_scenario_swapping(&sc, "perf", &hw, &swaps).expect("run");
         let s = &log.swaps;
         assert_eq!(s.len(), 3, "{s:?}");
-        assert_eq!((s[0].from.as_str(), s[0].to.as_str(), &s[0].outcome), ("perf", "wasm:perf", &SwapOutcome::Accepted));
+        assert_eq!(
+            (s[0].from.as_str(), s[0].to.as_str(), &s[0].outcome),
+            ("perf", "wasm:perf", &SwapOutcome::Accepted)
+        );
         assert!(matches!(&s[1].outcome, SwapOutcome::Refused(why) if why.contains("missing.wasm")), "{:?}", s[1]);
-        assert_eq!((s[2].from.as_str(), s[2].to.as_str(), &s[2].outcome), ("perf", "passthrough", &SwapOutcome::Accepted));
+        assert_eq!(
+            (s[2].from.as_str(), s[2].to.as_str(), &s[2].outcome),
+            ("perf", "passthrough", &SwapOutcome::Accepted)
+        );
         for (rec, ms) in s.iter().zip([2.0, 4.0, 6.0]) {
             assert!(rec.at_ns >= (ms * 1e6) as u64, "{rec:?}");
         }

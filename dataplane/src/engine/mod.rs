@@ -31,9 +31,9 @@ use crate::policy::PolicyHost;
 use crate::rnic::*;
 use control_qp::ControlQp;
 pub use pinned::PinReport;
-pub use supervise::{SwapOutcome, SwapRecord};
 use qp::{Cursor, DpQp, Meta};
 use split::{emit_chunk, WqeSpec};
+pub use supervise::{SwapOutcome, SwapRecord};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
 /// Settings of the loop.

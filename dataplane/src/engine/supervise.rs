@@ -33,7 +33,7 @@ use std::time::Duration;
 use perf_policy_sdk::{TenantInfo, TenantPlan};
 
 use super::{Dataplane, DataplaneConfig};
-use crate::policy::loader::{LoadRequest, PolicyLoader, PolicySpec, Prepared, PrepareError};
+use crate::policy::loader::{LoadRequest, PolicyLoader, PolicySpec, PrepareError, Prepared};
 use crate::policy::wasm::WasmLimits;
 use crate::policy::PolicyHost;
 use crate::rnic::{Rnic, RnicError};
@@ -209,7 +209,14 @@ impl<R: Rnic> Dataplane<R> {
 
     fn record_refusal(&mut self, now: u64, to: String, why: String, prepare_ns: u64, cached: bool) {
         let from = self.policy.name().to_string();
-        self.sup.swaps.push(SwapRecord { at_ns: now, from, to, outcome: SwapOutcome::Refused(why), prepare_ns, cached });
+        self.sup.swaps.push(SwapRecord {
+            at_ns: now,
+            from,
+            to,
+            outcome: SwapOutcome::Refused(why),
+            prepare_ns,
+            cached,
+        });
     }
 
     /// Replaces the policy now, at a round boundary, with `policy`

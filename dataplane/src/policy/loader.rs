@@ -132,14 +132,7 @@ pub fn prepare(req: LoadRequest) -> Prepared {
             None => Ok(host),
         }
     });
-    Prepared {
-        id: req.id,
-        label,
-        result,
-        tenants: req.tenants,
-        prepare_ns: t0.elapsed().as_nanos() as u64,
-        cached,
-    }
+    Prepared { id: req.id, label, result, tenants: req.tenants, prepare_ns: t0.elapsed().as_nanos() as u64, cached }
 }
 
 /// Work for the loader thread.

@@ -135,8 +135,7 @@ impl PolicyHost {
             if !path.exists() {
                 return Err(LoadError::UnknownPolicy(name_or_path.into()));
             }
-            bytes = std::fs::read(path)
-                .map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
+            bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
             &bytes
         };
         WasmPolicy::load_cached(module, limits).map(|(w, hit)| (Self::wasm(w), hit))

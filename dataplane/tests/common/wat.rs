@@ -66,4 +66,3 @@ impl Wat {
         WasmPolicy::from_bytes(&self.bytes(), limits)
     }
 }
-
