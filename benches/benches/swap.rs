@@ -17,12 +17,10 @@
 use std::time::{Duration, Instant};
 
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, WorkRequest};
-use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::cache::ModuleCache;
 use perf_dataplane::policy::loader::{prepare, LoadRequest, PolicySpec};
 use perf_dataplane::policy::wasm::{embedded, WasmLimits, WasmPolicy};
 use perf_dataplane::policy::PolicyHost;
-use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::sim::{SimFabric, PS_PER_NS};
 use perf_dataplane::rnic::*;
 use perf_policy_sdk::TenantInfo;
@@ -51,14 +49,7 @@ fn stall(swaps: usize) -> Stall {
     let f = SimFabric::pair(1);
     let host = PolicyHost::load("perf").expect("perf");
     let mut dp = Dataplane::new(f.nic(0), host, DataplaneConfig::default()).expect("dataplane");
-    let h = dp.add_tenant("bulk", 1).expect("tenant");
-    let mr = dp.reg_mr(h.id, MSG as usize).expect("mr");
-    let mut side = Side::new(f.nic(1), 1, MSG as usize, 0, 64).expect("peer");
-    let (index, ep) = dp.create_qp(h.id, 0).expect("qp");
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    dp.connect_qp(h.id, index, endpoint(&side.nic, side.qps[0].qp_num)).expect("connect");
-    bring_up(&mut side.nic, side.qps[0].handle, ep, access).expect("peer bring_up");
-    let remote = side.mr.remote(0);
+    let perf_benches::BulkTenant { h, mr, side: _side, remote } = perf_benches::bulk_tenant(&mut dp, &f, MSG as usize);
     let clock = f.nic(0);
     // Load the module once, so that the measured swaps use the cache (as
     // a long-running dataplane does after the first load of a module).

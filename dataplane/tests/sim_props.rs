@@ -10,6 +10,10 @@ use perf_dataplane::rnic::sim::SimFabric;
 use perf_dataplane::rnic::*;
 use proptest::prelude::*;
 
+mod common;
+
+use common::pattern;
+
 /// Upper bound on fabric steps for one case.
 const MAX_STEPS: usize = 5_000_000;
 
@@ -43,19 +47,6 @@ fn op() -> impl Strategy<Value = Op> {
     ];
     (0usize..3, kind, size, any::<bool>(), prop::bool::weighted(0.7), any::<bool>())
         .prop_map(|(qp, kind, size, chain, signaled, inline)| Op { qp, kind, size, chain, signaled, inline })
-}
-
-/// A byte pattern hashed from (position, seed).
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let mut x =
-                i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed.wrapping_mul(0xD1B5_4A32_D192_ED03);
-            x ^= x >> 29;
-            x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            (x >> 56) as u8
-        })
-        .collect()
 }
 
 fn drain(nic: &mut impl Rnic, cq: CqHandle, out: &mut Vec<Wc>) {

@@ -236,25 +236,33 @@ impl<R: Rnic> Dataplane<R> {
                 host.on_tenant(&info);
             }
         }
+        if let Some(e) = host.exit_info() {
+            // It failed in on_tenant just now: the old policy stays.
+            let why = format!("failed in {} while being initialised: {:?}: {}", e.hook, e.kind, e.message);
+            self.retire(host);
+            self.record_refusal(now, label, why, ns, cached);
+            return;
+        }
         let from = self.policy.name().to_string();
         host.inherit(&self.policy);
         let old = std::mem::replace(&mut self.policy, host);
-        // Dropped by the loader thread when there is one.
-        if let Some(l) = &self.sup.loader {
-            let _ = l.retire(old);
-        }
+        self.retire(old);
         self.plans.fill(TenantPlan::PASSTHROUGH);
         // Tick in this round: the new plans apply before anything is posted.
         self.next_tick_ns = 0;
         for q in &mut self.qps {
             q.progress_ns = now;
         }
-        let outcome = match self.policy.exit_info() {
-            // It failed in on_tenant just now and is already passthrough.
-            Some(e) => SwapOutcome::Refused(format!("failed in {}: {:?}: {}", e.hook, e.kind, e.message)),
-            None => SwapOutcome::Accepted,
-        };
+        let outcome = SwapOutcome::Accepted;
         self.sup.swaps.push(SwapRecord { at_ns: now, from, to: label, outcome, prepare_ns: ns, cached });
+    }
+
+    /// Drops a policy on the loader thread when there is one (tearing
+    /// down a wasm instance unmaps its memory), else here.
+    fn retire(&self, host: PolicyHost) {
+        if let Some(l) = &self.sup.loader {
+            let _ = l.retire(host);
+        }
     }
 
     /// The watchdog check (see the module comment).
