@@ -10,7 +10,8 @@
 //! - a module of another ABI version is refused, the running policy stays
 //!   and says why;
 //! - the loader thread: `request_swap` switches at a round boundary
-//!   once the loader is done, and the module cache serves a second load.
+//!   once the loader is done, and the module cache serves a second load;
+//!   tenants and QPs added while it loads are announced at the switch.
 
 mod common;
 
@@ -218,4 +219,40 @@ fn request_swap_loads_off_the_loop_and_the_cache_serves_the_second_load() {
     }
     assert!(rig.dp.swaps()[1].cached);
     assert!(ModuleCache::global().counters().hits > hits);
+}
+
+/// A native policy that records every `on_tenant` call.
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<perf_policy_sdk::TenantInfo>>>);
+
+impl Policy for Recorder {
+    fn name(&self) -> &str {
+        "recorder"
+    }
+
+    fn on_tenant(&mut self, t: &perf_policy_sdk::TenantInfo) {
+        self.0.lock().expect("lock").push(*t);
+    }
+}
+
+/// The new policy is told about every tenant and QP: those the loop had
+/// when it asked for the swap (by the loader) and those added while the
+/// loader worked (by the loop, at the switch).
+#[test]
+fn tenants_and_qps_added_during_a_load_are_announced_at_the_switch() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut rig = Rig::new(5, Pol::Perf, DataplaneConfig::default());
+    rig.tenant("a", 2, 4096);
+    let spec = PolicySpec::Host(Box::new(PolicyHost::new(Box::new(Recorder(seen.clone())))));
+    rig.dp.request_swap(spec, WasmLimits::default()).expect("request");
+    // Added after the request: the loader's snapshot cannot have them.
+    rig.tenant("b", 3, 4096);
+    rig.dp.create_qp(0, 0).expect("a third QP for tenant a");
+    while rig.dp.pending_swaps() > 0 {
+        rig.dp.round().expect("round");
+        std::thread::yield_now();
+    }
+    assert_eq!(rig.dp.policy().name(), "recorder");
+    let seen = seen.lock().expect("lock").clone();
+    let last = |t: u32| seen.iter().rfind(|i| i.tenant == t).map(|i| i.qps);
+    assert_eq!((last(0), last(1)), (Some(3), Some(3)), "{seen:?}");
 }
