@@ -89,6 +89,9 @@ pub fn parse_hw(s: &str) -> anyhow::Result<TcScheduler> {
 }
 
 /// Runs one scenario under one configuration.
+// The binary itself goes through `run_scenario_swapping`; this is the
+// entry point of the tests and of other commands.
+#[allow(dead_code)]
 pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Result<Report> {
     run_scenario_swapping(sc, policy, hw, &[]).map(|(r, _)| r)
 }
@@ -229,7 +232,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     report.scenario = a.scenario.display().to_string();
     if a.alone {
         for i in 0..sc.tenants.len() {
-            let alone = run_scenario(&sc.alone(i), policy, &hw)?;
+            // Same swaps alone, so that the ratios compare like with like.
+            let (alone, _) = run_scenario_swapping(&sc.alone(i), policy, &hw, &swaps)?;
             if let Some(t) = alone.tenants.into_iter().next() {
                 report.tenants[i].alone = Some(Box::new(t));
             }
@@ -238,7 +242,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     print!("{}", report.table());
     print!("{}", log.table());
     if let Some(path) = a.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+        // The report, plus the swaps and exits under `policy_log`.
+        let mut json = serde_json::to_value(&report)?;
+        if let Some(obj) = json.as_object_mut() {
+            obj.insert("policy_log".into(), serde_json::to_value(&log)?);
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
