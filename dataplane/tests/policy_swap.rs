@@ -256,3 +256,93 @@ fn tenants_and_qps_added_during_a_load_are_announced_at_the_switch() {
     let last = |t: u32| seen.iter().rfind(|i| i.tenant == t).map(|i| i.qps);
     assert_eq!((last(0), last(1)), (Some(3), Some(3)), "{seen:?}");
 }
+
+/// Real time: the loop spins on its own thread, a tenant thread streams
+/// WRITEs on two QPs, and the main thread swaps the policy through a
+/// [`SwapHandle`] five times (one of them to a module that traps): every
+/// request completes once, successfully, in per-QP order, and every swap
+/// is recorded.
+#[test]
+fn swaps_through_a_handle_while_the_pinned_loop_runs() {
+    use perf_dataplane::rnic::sim::{ClockMode, RnicProfile};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    let f = SimFabric::new(RnicProfile::cx6_100g(), 2, 3, ClockMode::Wall);
+    let mut dp = Dataplane::new(f.nic(0), PolicyHost::load("perf").expect("perf"), DataplaneConfig::default())
+        .expect("dataplane");
+    let h = dp.add_tenant("t", 1).expect("tenant");
+    let mr = dp.reg_mr(h.id, 1 << 16).expect("mr");
+    let mut side = Side::new(f.nic(1), 2, 1 << 16, 0, 64).expect("peer");
+    for i in 0..2 {
+        let (index, ep) = dp.create_qp(h.id, 0).expect("qp");
+        dp.connect_qp(h.id, index, endpoint(&side.nic, side.qps[i].qp_num)).expect("connect");
+        bring_up(&mut side.nic, side.qps[i].handle, ep, all_access()).expect("bring up");
+    }
+    let remote = side.mr.remote(0);
+    let swaps = dp.swap_handle();
+    let stop = Arc::new(AtomicBool::new(false));
+    let lp = dp.run_pinned(None, stop.clone()).expect("spawn");
+    // The tenant streams until told to stop, then drains.
+    let done_posting = Arc::new(AtomicBool::new(false));
+    let quit = done_posting.clone();
+    let app = std::thread::spawn(move || {
+        let mut ledger = Ledger::default();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut next = 0u64;
+        while Instant::now() < deadline {
+            let stopping = quit.load(Ordering::Relaxed);
+            if stopping && got.len() as u64 == next {
+                break;
+            }
+            if !stopping && next - got.len() as u64 <= 32 {
+                let op = RequestOp::Write { remote };
+                let wr =
+                    WorkRequest { wr_id: next, qp: (next % 2) as u32, op, mr, offset: 0, len: 65_536, posted_ns: 0 };
+                if h.post(wr).is_ok() {
+                    ledger.record(&wr);
+                    next += 1;
+                }
+            }
+            match h.poll() {
+                Some(c) => got.push(c),
+                None => std::thread::yield_now(),
+            }
+        }
+        let last_ns = got.iter().map(|c| c.completed_ns).max().unwrap_or(0);
+        (ledger.check(&got, true), got.len(), last_ns)
+    });
+    let trapping = adversarial::path("trap_tick");
+    let order = ["wasm:perf", "passthrough", "perf", trapping.to_str().expect("utf-8"), "wasm:perf"];
+    for (k, to) in order.iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(swaps.request(PolicySpec::from(*to), WasmLimits::default()));
+        // One at a time, so that each policy gets to run.
+        let t0 = Instant::now();
+        while swaps.recorded() <= k as u64 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "swap {k} to {to} never applied");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    done_posting.store(true, Ordering::Relaxed);
+    let (result, completed, last_ns) = app.join().expect("tenant thread");
+    stop.store(true, Ordering::Relaxed);
+    let (dp, _) = lp.join().expect("loop thread").expect("loop");
+    result.unwrap_or_else(|e| panic!("{e}"));
+    assert!(completed > 100, "{completed} requests");
+    let recs = dp.swaps();
+    assert_eq!(recs.len(), 5, "{recs:?}");
+    assert!(recs.iter().all(|r| r.outcome == SwapOutcome::Accepted), "{recs:?}");
+    assert_eq!(dp.policy().name(), "perf");
+    assert!(
+        dp.policy().exits().iter().any(|e| e.policy == "hostile"),
+        "{:?} {recs:?} {:?}",
+        dp.policy().exits(),
+        dp.counters()
+    );
+    // Traffic ran across every swap.
+    assert!(recs.iter().all(|r| r.at_ns < last_ns), "swaps {recs:?}, last completion at {last_ns} ns");
+}

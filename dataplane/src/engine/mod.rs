@@ -33,7 +33,7 @@ use control_qp::ControlQp;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta};
 use split::{emit_chunk, WqeSpec};
-pub use supervise::{SwapOutcome, SwapRecord};
+pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
 /// Settings of the loop.

@@ -28,8 +28,11 @@
 //! (their requests complete with flush errors).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use perf_policy_sdk::{TenantInfo, TenantPlan};
 
 use super::{Dataplane, DataplaneConfig};
@@ -68,6 +71,32 @@ pub struct SwapRecord {
     pub cached: bool,
 }
 
+/// A swap request from a [`SwapHandle`].
+type SwapCommand = (PolicySpec, WasmLimits);
+
+/// Asks a dataplane that runs elsewhere (on its pinned thread,
+/// [`Dataplane::run_pinned`]) for hot swaps; from [`Dataplane::swap_handle`].
+/// The loop takes each request at its next round, snapshots its tenants
+/// and hands it to the loader, as [`Dataplane::request_swap`] does.
+#[derive(Clone)]
+pub struct SwapHandle {
+    tx: Sender<SwapCommand>,
+    done: Arc<AtomicU64>,
+}
+
+impl SwapHandle {
+    /// Asks for a swap to `spec`; `false` if the dataplane is gone.
+    pub fn request(&self, spec: PolicySpec, limits: WasmLimits) -> bool {
+        self.tx.send((spec, limits)).is_ok()
+    }
+
+    /// Swaps the loop has recorded so far (accepted or refused), by any
+    /// means.
+    pub fn recorded(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
+    }
+}
+
 /// A swap asked for and not yet applied.
 struct Pending {
     id: u64,
@@ -84,11 +113,23 @@ pub(super) struct Supervisor {
     next_id: u64,
     swaps: Vec<SwapRecord>,
     pub next_watchdog_ns: u64,
+    /// Requests from [`SwapHandle`]s.
+    ctl: Option<(Sender<SwapCommand>, Receiver<SwapCommand>)>,
+    /// How many swaps are recorded, for [`SwapHandle::recorded`].
+    done: Arc<AtomicU64>,
 }
 
 impl Supervisor {
+    fn record(&mut self, r: SwapRecord) {
+        self.swaps.push(r);
+        self.done.store(self.swaps.len() as u64, Ordering::Release);
+    }
+}
+
+impl Supervisor {
+    /// Whether the loop has swaps to look at this round.
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        !self.pending.is_empty() || self.ctl.as_ref().is_some_and(|(_, rx)| !rx.is_empty())
     }
 
     /// The next time the supervisor has timed work: a scheduled swap or a
@@ -171,6 +212,12 @@ impl<R: Rnic> Dataplane<R> {
         self.submit_swap(spec, limits, Some(at_ns))
     }
 
+    /// A handle other threads can ask for swaps with while the loop runs.
+    pub fn swap_handle(&mut self) -> SwapHandle {
+        let (tx, _) = self.sup.ctl.get_or_insert_with(unbounded);
+        SwapHandle { tx: tx.clone(), done: self.sup.done.clone() }
+    }
+
     /// Swaps asked for and not applied yet.
     pub fn pending_swaps(&self) -> usize {
         self.sup.pending.len()
@@ -183,6 +230,12 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Applies the swaps whose turn has come, in order.
     pub(super) fn apply_swaps(&mut self, now: u64) {
+        while let Some((spec, limits)) = self.sup.ctl.as_ref().and_then(|(_, rx)| rx.try_recv().ok()) {
+            let label = spec.label();
+            if let Err(e) = self.submit_swap(spec, limits, None) {
+                self.record_refusal(now, label, e.to_string(), 0, false);
+            }
+        }
         self.sup.collect();
         while let Some(front) = self.sup.pending.front() {
             let id = front.id;
@@ -209,14 +262,7 @@ impl<R: Rnic> Dataplane<R> {
 
     fn record_refusal(&mut self, now: u64, to: String, why: String, prepare_ns: u64, cached: bool) {
         let from = self.policy.name().to_string();
-        self.sup.swaps.push(SwapRecord {
-            at_ns: now,
-            from,
-            to,
-            outcome: SwapOutcome::Refused(why),
-            prepare_ns,
-            cached,
-        });
+        self.sup.record(SwapRecord { at_ns: now, from, to, outcome: SwapOutcome::Refused(why), prepare_ns, cached });
     }
 
     /// Replaces the policy now, at a round boundary, with `policy`
@@ -254,7 +300,7 @@ impl<R: Rnic> Dataplane<R> {
             q.progress_ns = now;
         }
         let outcome = SwapOutcome::Accepted;
-        self.sup.swaps.push(SwapRecord { at_ns: now, from, to: label, outcome, prepare_ns: ns, cached });
+        self.sup.record(SwapRecord { at_ns: now, from, to: label, outcome, prepare_ns: ns, cached });
     }
 
     /// Drops a policy on the loader thread when there is one (tearing
