@@ -11,7 +11,9 @@
 //!   and says why;
 //! - the loader thread: `request_swap` switches at a round boundary
 //!   once the loader is done, and the module cache serves a second load;
-//!   tenants and QPs added while it loads are announced at the switch.
+//!   tenants and QPs added while it loads are announced at the switch;
+//! - in real time, swaps through a `SwapHandle` while the loop spins on
+//!   its own thread and a tenant thread streams.
 
 mod common;
 

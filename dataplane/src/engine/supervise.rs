@@ -16,7 +16,8 @@
 //! posted, capped or not). [`Dataplane::schedule_swap`] does the same at a
 //! given time of the NIC's clock (scripted swaps in virtual time; the load
 //! starts at once, and the loop waits for it only if it is not ready when
-//! the time comes). Every swap is recorded ([`SwapRecord`]); a refused one
+//! the time comes). A [`SwapHandle`] asks from another thread while the
+//! loop runs on its own ([`Dataplane::run_pinned`]). Every swap is recorded ([`SwapRecord`]); a refused one
 //! leaves the running policy in place.
 //!
 //! **Watchdog.** Every quarter of [`DataplaneConfig::watchdog_ns`] the loop
