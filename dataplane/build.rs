@@ -68,4 +68,41 @@ fn main() {
         let bytes = if ok { std::fs::read(&built).unwrap_or_default() } else { Vec::new() };
         std::fs::write(&dest, bytes).expect("write to OUT_DIR");
     }
+    adversarial(&root, &target_dir, &out);
+}
+
+/// Builds the hostile policies of `policies/adversarial` (one example per
+/// behaviour) for wasm32, into `OUT_DIR/adversarial/NAME.wasm`, and tells
+/// the crate where (`PERF_ADVERSARIAL_DIR`, see
+/// `policy::wasm::adversarial`). They are written to disk, not embedded:
+/// only the tests use them.
+fn adversarial(root: &std::path::Path, target_dir: &std::path::Path, out: &std::path::Path) {
+    let dir = out.join("adversarial");
+    std::fs::create_dir_all(&dir).expect("create OUT_DIR/adversarial");
+    println!("cargo:rustc-env=PERF_ADVERSARIAL_DIR={}", dir.display());
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--config", "profile.release.debug=0"])
+        .args(["-p", "perf-policy-adversarial", "--examples", "--target-dir"])
+        .arg(target_dir);
+    for var in ["RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CLIPPY_ARGS"] {
+        cmd.env_remove(var);
+    }
+    for var in ["CARGO_BUILD_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "CARGO_PRIMARY_PACKAGE"] {
+        cmd.env_remove(var);
+    }
+    if !matches!(cmd.status(), Ok(s) if s.success()) {
+        println!("cargo:warning=building policies/adversarial for wasm32 failed; the hostile-policy tests will fail");
+        return;
+    }
+    let built = target_dir.join("wasm32-unknown-unknown/release/examples");
+    let Ok(entries) = std::fs::read_dir(&built) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // Skip cargo's hashed copies (`name-0123abcd.wasm`).
+        if name.ends_with(".wasm") && !name.contains('-') {
+            let _ = std::fs::copy(e.path(), dir.join(&name));
+        }
+    }
 }

@@ -35,9 +35,7 @@ use perf_benches::load::{DriveSample, Load, LoadShape};
 use perf_benches::null_rnic::NullRnic;
 use perf_benches::results::Recorder;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, WorkRequest};
-use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::PolicyHost;
-use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
 use perf_dataplane::rnic::*;
 use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantPlan};
@@ -175,14 +173,7 @@ fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
     let f = SimFabric::pair(1);
     let nic = TimedNic { inner: f.nic(0), spent: Duration::ZERO };
     let mut dp = Dataplane::new(nic, policy, DataplaneConfig::default()).expect("dataplane");
-    let h = dp.add_tenant("bulk", 1).expect("tenant");
-    let mr = dp.reg_mr(h.id, MSG as usize).expect("mr");
-    let mut side = Side::new(f.nic(1), 1, MSG as usize, 0, 64).expect("peer");
-    let (index, ep) = dp.create_qp(h.id, 0).expect("qp");
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    dp.connect_qp(h.id, index, endpoint(&side.nic, side.qps[0].qp_num)).expect("connect");
-    bring_up(&mut side.nic, side.qps[0].handle, ep, access).expect("peer bring_up");
-    let remote = side.mr.remote(0);
+    let perf_benches::BulkTenant { h, mr, side: _side, remote } = perf_benches::bulk_tenant(&mut dp, &f, MSG as usize);
     let clock = f.nic(0);
 
     let (warm_ns, end_ns) = (warmup_ms * 1_000_000, virtual_ms * 1_000_000);

@@ -1,11 +1,15 @@
 //! Shared pieces of the PeRF-rs benchmarks: a null RNIC that measures the
 //! dataplane loop alone ([`null_rnic`]), a synthetic multi-tenant load over
 //! any RNIC ([`load`]), and the record of each run's figures that the
-//! regression guard reads ([`results`]).
+//! regression guard reads ([`results`]); and one bulk tenant over the
+//! simulated pair for the single-tenant benches ([`bulk`]).
 
+pub mod bulk;
 pub mod load;
 pub mod null_rnic;
 pub mod results;
+
+pub use bulk::{bulk_tenant, BulkTenant};
 
 /// Whether `PERF_BENCH_QUICK=1` asks for the CI smoke mode (each case once, short).
 pub fn quick() -> bool {

@@ -64,7 +64,7 @@ impl OutputArgs {
             }
             bar
         });
-        RunOptions { hdr_interval_ns, progress }
+        RunOptions { hdr_interval_ns, progress, swaps: Vec::new() }
     }
 
     /// Writes the CSV, HdrHistogram log and plots asked for.

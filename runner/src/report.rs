@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use perf_dataplane::engine::DataplaneCounters;
-use perf_dataplane::policy::PolicyCounters;
+use perf_dataplane::engine::{DataplaneCounters, SwapOutcome, SwapRecord};
+use perf_dataplane::policy::{ExitInfo, PolicyCounters};
 use serde::Serialize;
 
 use hdrhistogram::Histogram;
@@ -198,6 +198,8 @@ pub struct Report {
     pub dataplane: DataplaneCounters,
     /// The policy host.
     pub policy_counters: PolicyCounters,
+    /// Policy swaps and exits (fallbacks, watchdog) during the run.
+    pub policy_log: PolicyLog,
     /// The dataplane's work per application message.
     pub cost: CostReport,
     /// NIC utilization over time (for plots; not in JSON).
@@ -282,5 +284,52 @@ impl Report {
             self.cost.policy_calls_per_msg
         );
         s
+    }
+}
+
+/// What happened to the policy during a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyLog {
+    /// Every swap, in order.
+    pub swaps: Vec<SwapRecord>,
+    /// Every exit (fallback to passthrough), in order.
+    pub exits: Vec<ExitInfo>,
+}
+
+impl PolicyLog {
+    /// The swaps and exits as text lines (nothing if there were none).
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        if !self.swaps.is_empty() {
+            out.push_str("policy swaps:\n");
+        }
+        for s in &self.swaps {
+            let what = match &s.outcome {
+                SwapOutcome::Accepted => "accepted".to_string(),
+                SwapOutcome::Refused(why) => format!("REFUSED: {why}"),
+            };
+            let cached = if s.cached { ", module cached" } else { "" };
+            out.push_str(&format!(
+                "  {:>10.3} ms  {} -> {}  {what} (prepared in {:.2} ms{cached})\n",
+                s.at_ns as f64 / 1e6,
+                s.from,
+                s.to,
+                s.prepare_ns as f64 / 1e6
+            ));
+        }
+        if !self.exits.is_empty() {
+            out.push_str("policy exits (fell back to passthrough):\n");
+        }
+        for e in &self.exits {
+            out.push_str(&format!(
+                "  {:>10.3} ms  {} in {}: {:?}: {}\n",
+                e.at_ns as f64 / 1e6,
+                e.policy,
+                e.hook,
+                e.kind,
+                e.message
+            ));
+        }
+        out
     }
 }

@@ -7,13 +7,15 @@ use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig};
 use perf_dataplane::perftest::Side;
+use perf_dataplane::policy::loader::PolicySpec;
+use perf_dataplane::policy::wasm::WasmLimits;
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags};
 
 use crate::driver::{drive, Actor, NicTimeline};
 use crate::output::OutputArgs;
-use crate::report::{CostReport, Report, TenantReport};
+use crate::report::{CostReport, PolicyLog, Report, TenantReport};
 use crate::scenario::{Kind, Scenario};
 use crate::workload::{PeerApp, TenantApp, TenantSetup};
 
@@ -40,6 +42,37 @@ pub struct Args {
     /// Output files and terminal options.
     #[command(flatten)]
     out: OutputArgs,
+    /// Swap the policy at MS milliseconds of virtual time to POLICY (a
+    /// built-in name, `wasm:NAME` or a `.wasm` file); repeatable. The
+    /// module is prepared off the loop at the start and installed at the
+    /// first round at or after MS; the run prints each swap and its outcome.
+    #[arg(long = "swap-at", value_name = "MS=POLICY")]
+    swap_at: Vec<String>,
+}
+
+/// One `--swap-at`: when (ms of virtual time) and to what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwapAt {
+    /// Virtual time, ms.
+    pub ms: f64,
+    /// The policy (built-in name, `wasm:NAME` or a `.wasm` file).
+    pub policy: String,
+}
+
+/// Parses `--swap-at MS=POLICY`.
+pub fn parse_swap_at(s: &str) -> anyhow::Result<SwapAt> {
+    let Some((ms, policy)) = s.split_once('=') else {
+        anyhow::bail!("--swap-at {s:?}: expected MS=POLICY, e.g. 50=wasm:perf");
+    };
+    let ms: f64 = ms.trim().parse().with_context(|| format!("--swap-at {s:?}: {:?} is not a time in ms", ms.trim()))?;
+    if !ms.is_finite() || ms < 0.0 {
+        anyhow::bail!("--swap-at {s:?}: the time must be a non-negative number of ms");
+    }
+    let policy = policy.trim();
+    if policy.is_empty() {
+        anyhow::bail!("--swap-at {s:?}: no policy after `=`");
+    }
+    Ok(SwapAt { ms, policy: policy.to_string() })
 }
 
 /// Parses `--hw`.
@@ -65,6 +98,8 @@ pub struct RunOptions {
     pub hdr_interval_ns: Option<u64>,
     /// Progress of the run, in ms of virtual time (hidden when `None`).
     pub progress: Option<ProgressBar>,
+    /// Scripted policy swaps (`--swap-at`), in any order.
+    pub swaps: Vec<SwapAt>,
 }
 
 /// Width of the timeline buckets (throughput and utilization over time):
@@ -132,6 +167,10 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), &setup));
     }
     let mut nic_timeline = NicTimeline::new(bucket);
+    for s in &opts.swaps {
+        let at_ns = (s.ms * 1e6) as u64;
+        dp.schedule_swap(at_ns, PolicySpec::Named(s.policy.clone()), WasmLimits::default())?;
+    }
     {
         let mut apps: Vec<&mut dyn Actor> = Vec::new();
         for t in tenants.iter_mut() {
@@ -156,6 +195,7 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
     let total = end + 1_000_000;
     let dataplane = dp.counters();
     let policy_counters = dp.policy().counters;
+    let policy_log = PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() };
     tracing::info!(policy, events = fabric.events_run(), "run done");
     Ok(Report {
         config: policy.to_string(),
@@ -172,6 +212,7 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         cost: CostReport::new(&dataplane, &policy_counters),
         dataplane,
         policy_counters,
+        policy_log,
         nic_timeline,
         duration_ns: total,
     })
@@ -182,8 +223,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let sc = Scenario::load(&a.scenario)?;
     let hw = parse_hw(&a.hw)?;
     let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
+    let swaps = a.swap_at.iter().map(|s| parse_swap_at(s)).collect::<anyhow::Result<Vec<_>>>()?;
     let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
-    let opts = a.out.run_options(&sc, runs);
+    // The same swaps in the alone runs, so that the ratios compare like with like.
+    let opts = RunOptions { swaps, ..a.out.run_options(&sc, runs) };
     let mut report = run_scenario_with(&sc, policy, &hw, &opts)?;
     report.scenario = a.scenario.display().to_string();
     if a.alone {
@@ -199,6 +242,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if !a.out.quiet {
         print!("{}", report.table());
+        print!("{}", report.policy_log.table());
     }
     let runs = [report];
     a.out.write_files(&runs, None)?;
@@ -212,6 +256,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use perf_dataplane::engine::SwapOutcome;
 
     /// The wasm `perf` module (the embedded build of `policies/perf`) gives
     /// the same run as the native `perf`, figure for figure, in virtual time.
@@ -250,5 +295,51 @@ mod tests {
         let start_bucket = (30_000_000 / late.timeline.bucket_ns) as usize;
         let before: u64 = late.timeline.messages[..start_bucket].iter().sum();
         assert_eq!(before, 0, "the late tenant posted before its start");
+    }
+
+    #[test]
+    fn swap_at_parses_and_names_what_is_wrong() {
+        assert_eq!(parse_swap_at("50=wasm:perf").expect("ok"), SwapAt { ms: 50.0, policy: "wasm:perf".into() });
+        assert_eq!(parse_swap_at(" 2.5 = p.wasm").expect("ok"), SwapAt { ms: 2.5, policy: "p.wasm".into() });
+        for (bad, says) in
+            [("50", "MS=POLICY"), ("x=perf", "not a time"), ("-1=perf", "non-negative"), ("5=", "no policy")]
+        {
+            let e = format!("{:#}", parse_swap_at(bad).expect_err(bad));
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    /// Scripted swaps in a run: perf -> wasm:perf -> a module that does
+    /// not exist (refused, wasm:perf stays) -> passthrough; each recorded
+    /// at or after its time; every tenant still completes.
+    #[test]
+    fn scripted_swaps_are_applied_and_reported() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
+        let sc = Scenario::load(&path).expect("scenario loads");
+        let hw = parse_hw("rr").expect("rr");
+        let swaps: Vec<SwapAt> = ["2=wasm:perf", "4=missing.wasm", "6=passthrough"]
+            .iter()
+            .map(|s| parse_swap_at(s).expect("parses"))
+            .collect();
+        let opts = RunOptions { swaps, ..RunOptions::default() };
+        let report = run_scenario_with(&sc, "perf", &hw, &opts).expect("run");
+        let log = &report.policy_log;
+        let s = &log.swaps;
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert_eq!(
+            (s[0].from.as_str(), s[0].to.as_str(), &s[0].outcome),
+            ("perf", "wasm:perf", &SwapOutcome::Accepted)
+        );
+        assert!(matches!(&s[1].outcome, SwapOutcome::Refused(why) if why.contains("missing.wasm")), "{:?}", s[1]);
+        assert_eq!(
+            (s[2].from.as_str(), s[2].to.as_str(), &s[2].outcome),
+            ("perf", "passthrough", &SwapOutcome::Accepted)
+        );
+        for (rec, ms) in s.iter().zip([2.0, 4.0, 6.0]) {
+            assert!(rec.at_ns >= (ms * 1e6) as u64, "{rec:?}");
+        }
+        assert!(report.tenants.iter().all(|t| t.completed > 0));
+        let text = log.table();
+        assert!(text.contains("perf -> wasm:perf  accepted") && text.contains("REFUSED"), "{text}");
     }
 }

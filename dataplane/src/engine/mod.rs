@@ -22,6 +22,7 @@ mod pinned;
 mod qp;
 mod recovery;
 mod split;
+mod supervise;
 pub mod tenant;
 
 use std::collections::VecDeque;
@@ -37,6 +38,7 @@ pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta};
 use recovery::SharedCq;
 use split::{emit_chunk, WqeSpec};
+pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
 /// Settings of the loop.
@@ -50,11 +52,22 @@ pub struct DataplaneConfig {
     pub completion_queue: usize,
     /// Requests taken from one tenant per round.
     pub max_requests_per_round: usize,
+    /// The policy watchdog's bound, in ns of the NIC's clock: a data QP
+    /// with backlog that completes nothing for longer than this under a
+    /// policy other than passthrough makes the host drop the policy (0 =
+    /// no watchdog). See [`Dataplane::swap_policy`] and `docs/hostile-policies.md`.
+    pub watchdog_ns: u64,
 }
 
 impl Default for DataplaneConfig {
     fn default() -> Self {
-        DataplaneConfig { sq_depth: 2048, request_queue: 8192, completion_queue: 8192, max_requests_per_round: 512 }
+        DataplaneConfig {
+            sq_depth: 2048,
+            request_queue: 8192,
+            completion_queue: 8192,
+            max_requests_per_round: 512,
+            watchdog_ns: 1_000_000_000,
+        }
     }
 }
 
@@ -159,6 +172,8 @@ pub struct Dataplane<R: Rnic> {
     counters: DataplaneCounters,
     /// CQs replaced after an overrun, destroyed once no QP uses them.
     retired_cqs: Vec<CqHandle>,
+    /// Policy swaps and the watchdog.
+    sup: supervise::Supervisor,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -207,6 +222,7 @@ impl<R: Rnic> Dataplane<R> {
             scratch: Scratch::default(),
             counters: DataplaneCounters::default(),
             retired_cqs: Vec::new(),
+            sup: supervise::Supervisor::default(),
         })
     }
 
@@ -226,7 +242,8 @@ impl<R: Rnic> Dataplane<R> {
     /// virtual-time driver with no NIC event before then should still run
     /// a round at that time.
     pub fn next_timer_ns(&self) -> u64 {
-        self.tenants.iter().filter_map(|t| t.bucket.ready_at()).fold(self.next_tick_ns, u64::min)
+        let buckets = self.tenants.iter().filter_map(|t| t.bucket.ready_at());
+        buckets.fold(self.next_tick_ns, u64::min).min(self.sup.next_timer_ns(&self.cfg))
     }
 
     /// The policy host (its name and counters).
@@ -247,20 +264,6 @@ impl<R: Rnic> Dataplane<R> {
     /// The rate limit the policy last gave each tenant.
     pub fn pacing(&self) -> &[Pacing] {
         &self.pacing
-    }
-
-    /// Replaces the policy at a round boundary. Held and posted work is
-    /// kept; the new policy's plans apply from its first tick.
-    pub fn swap_policy(&mut self, policy: PolicyHost) {
-        self.policy = policy;
-        for (i, t) in self.tenants.iter().enumerate() {
-            self.policy.on_tenant(&TenantInfo { tenant: i as u32, qps: t.qps.len() as u32, weight: t.weight });
-        }
-        self.plans.iter_mut().for_each(|p| *p = TenantPlan::PASSTHROUGH);
-        self.pacing.iter_mut().for_each(|p| *p = Pacing::UNLIMITED);
-        let now = self.nic.clock_ns();
-        self.tenants.iter_mut().for_each(|t| t.bucket.set(Pacing::UNLIMITED, now));
-        self.next_tick_ns = 0;
     }
 
     /// Adds a tenant with its own protection domain and control QP.
@@ -363,10 +366,17 @@ impl<R: Rnic> Dataplane<R> {
     pub fn round(&mut self) -> Result<bool, RnicError> {
         self.counters.rounds += 1;
         let now = self.nic.clock_ns();
+        if self.sup.has_pending() {
+            // At the round boundary, before the tick: a new policy ticks at once.
+            self.apply_swaps(now);
+        }
         let mut did = self.drain_requests(now);
         did |= self.flush_overflow();
         if now >= self.next_tick_ns {
             self.tick(now);
+        }
+        if self.cfg.watchdog_ns > 0 && now >= self.sup.next_watchdog_ns {
+            self.watchdog(now);
         }
         self.manage_active_sets(now)?;
         did |= self.post_all(now)?;
@@ -712,7 +722,12 @@ impl<R: Rnic> Dataplane<R> {
                 let req = request_info(t as u32, &wr, q.depth() + 1);
                 // The split plan is decided when the message starts, so it
                 // reflects the policy's current view.
-                let split = self.policy.on_request(&req, &self.plans[t]);
+                let mut split = self.policy.on_request(&req, &self.plans[t]);
+                // A chunk and its zero-weight WRs must fit an empty send
+                // queue (beside a WAIT and the control reserve), or the QP
+                // could never post again.
+                let max_zw = depth.saturating_sub(CTRL_RESERVE + 2);
+                split.zero_weight_per_chunk = split.zero_weight_per_chunk.min(max_zw);
                 self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
             }
             let q = &mut self.qps[qi];
@@ -970,6 +985,9 @@ impl<R: Rnic> Dataplane<R> {
         let newly_failed = !wc.status.is_ok() && !q.failed;
         let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
+        if !out.is_empty() {
+            q.progress_ns = now;
+        }
         for c in out.drain(..) {
             self.deliver(t, c);
         }

@@ -67,6 +67,9 @@ pub(crate) struct DpQp {
     /// Completions of a failed QP's requests that never reached the NIC,
     /// delivered once its posted messages have completed.
     pub dead: VecDeque<Completion>,
+    /// When the QP last completed a message or was seen without backlog
+    /// (the policy watchdog's reference), ns.
+    pub progress_ns: u64,
 }
 
 impl DpQp {
@@ -94,6 +97,7 @@ impl DpQp {
             failed: false,
             outstanding: 0,
             dead: VecDeque::new(),
+            progress_ns: 0,
         }
     }
 

@@ -17,6 +17,8 @@
 //! ([`wasm::embedded`]). Besides plans, a policy may rate-limit tenants
 //! ([`PolicyHost::on_pacing`], ABI 1.1).
 
+pub mod cache;
+pub mod loader;
 pub mod passthrough;
 pub mod perf;
 pub mod wasm;
@@ -57,6 +59,9 @@ enum Hosted {
     Wasm(Box<WasmPolicy>),
 }
 
+/// Most exit records a host keeps (older ones are dropped).
+pub const MAX_EXITS: usize = 64;
+
 /// The first of a wasm policy's per-tenant records that `validate`
 /// rejects, as the fault that drops the module (`"{what} of tenant i"`).
 fn first_invalid<T>(what: &str, records: &[T], validate: impl Fn(&T) -> Result<(), Rejection>) -> Result<(), Fault> {
@@ -73,7 +78,11 @@ pub struct PolicyHost {
     policy: Hosted,
     /// Counters.
     pub counters: PolicyCounters,
-    exit: Option<ExitInfo>,
+    /// Exits so far, oldest first (at most [`MAX_EXITS`]); carried over
+    /// swaps by [`PolicyHost::inherit`].
+    exits: Vec<ExitInfo>,
+    /// Whether the running policy has exited (the last exit is its own).
+    exited: bool,
     last_now_ns: u64,
     reset_plans: bool,
     /// Drop the pacing of a policy the host fell back from.
@@ -91,7 +100,8 @@ impl PolicyHost {
         let mut h = PolicyHost {
             policy,
             counters: PolicyCounters::default(),
-            exit: None,
+            exits: Vec::new(),
+            exited: false,
             last_now_ns: 0,
             reset_plans: false,
             reset_pacing: false,
@@ -127,19 +137,29 @@ impl PolicyHost {
     /// A policy by name or path: a built-in name (`perf`, `passthrough`),
     /// `wasm:NAME` for an embedded wasm module of the repository's own
     /// policies, or the path of a `.wasm` file, with default limits.
+    /// Modules come from the module cache ([`cache::ModuleCache`]).
     pub fn load(name_or_path: &str) -> Result<Self, LoadError> {
+        Self::load_with(name_or_path, WasmLimits::default()).map(|(h, _)| h)
+    }
+
+    /// [`PolicyHost::load`] with `limits` for a wasm module; also says
+    /// whether the module came from the cache.
+    pub fn load_with(name_or_path: &str, limits: WasmLimits) -> Result<(Self, bool), LoadError> {
         if let Some(h) = Self::builtin(name_or_path) {
-            return Ok(h);
+            return Ok((h, false));
         }
-        if let Some(name) = name_or_path.strip_prefix("wasm:") {
-            let bytes = wasm::embedded::by_name(name).ok_or_else(|| LoadError::UnknownPolicy(name_or_path.into()))?;
-            return Self::from_wasm_bytes(bytes, WasmLimits::default());
-        }
-        let path = std::path::Path::new(name_or_path);
-        if !path.exists() {
-            return Err(LoadError::UnknownPolicy(name_or_path.into()));
-        }
-        WasmPolicy::from_file(path, WasmLimits::default()).map(Self::wasm)
+        let bytes;
+        let module: &[u8] = if let Some(name) = name_or_path.strip_prefix("wasm:") {
+            wasm::embedded::by_name(name).ok_or_else(|| LoadError::UnknownPolicy(name_or_path.into()))?
+        } else {
+            let path = std::path::Path::new(name_or_path);
+            if !path.exists() {
+                return Err(LoadError::UnknownPolicy(name_or_path.into()));
+            }
+            bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
+            &bytes
+        };
+        WasmPolicy::load_cached(module, limits).map(|(w, hit)| (Self::wasm(w), hit))
     }
 
     /// Names and one-line descriptions of the built-in policies.
@@ -178,9 +198,51 @@ impl PolicyHost {
         }
     }
 
-    /// Why the host dropped a wasm policy, if it did.
+    /// Why the host dropped the running policy, if it did (`None` while it
+    /// runs, including after a swap to a new one).
     pub fn exit_info(&self) -> Option<&ExitInfo> {
-        self.exit.as_ref()
+        self.exits.last().filter(|_| self.exited)
+    }
+
+    /// Every exit recorded, oldest first, including those of policies
+    /// swapped out since (see [`PolicyHost::inherit`]).
+    pub fn exits(&self) -> &[ExitInfo] {
+        &self.exits
+    }
+
+    /// Takes over `old`'s counters and exit records, so that a dataplane's
+    /// figures run on across a swap.
+    pub fn inherit(&mut self, old: &PolicyHost) {
+        let c = &mut self.counters;
+        c.calls += old.counters.calls;
+        c.rejections += old.counters.rejections;
+        c.traps += old.counters.traps;
+        c.fallbacks += old.counters.fallbacks;
+        let mine = std::mem::take(&mut self.exits);
+        self.exits = old.exits.iter().cloned().chain(mine).collect();
+        let extra = self.exits.len().saturating_sub(MAX_EXITS);
+        self.exits.drain(..extra);
+    }
+
+    /// Touches a wasm policy's buffers so that their pages are mapped before
+    /// its first call on the dataplane core (the loader does this).
+    pub fn prefault(&mut self) {
+        if let Hosted::Wasm(w) = &mut self.policy {
+            w.prefault();
+        }
+    }
+
+    /// Whether the running policy is the native passthrough (nothing to
+    /// fall back to).
+    pub fn is_passthrough(&self) -> bool {
+        matches!(&self.policy, Hosted::Native(p) if p.name() == "passthrough")
+    }
+
+    /// The watchdog takes control back: drops the running policy for
+    /// passthrough with a [`FaultKind::Watchdog`] exit saying why.
+    pub fn reclaim(&mut self, now_ns: u64, why: String) {
+        self.last_now_ns = now_ns;
+        self.fall_back("watchdog", Fault::new(FaultKind::Watchdog, why));
     }
 
     /// The wasm policy's log lines (empty for a native policy).
@@ -197,13 +259,17 @@ impl PolicyHost {
             self.counters.traps += 1;
         }
         self.counters.fallbacks += 1;
-        self.exit = Some(ExitInfo {
+        if self.exits.len() >= MAX_EXITS {
+            self.exits.remove(0);
+        }
+        self.exits.push(ExitInfo {
             kind: fault.kind,
             message: fault.message,
             hook,
             at_ns: self.last_now_ns,
             policy: self.name().to_string(),
         });
+        self.exited = true;
         self.policy = Hosted::Native(Box::new(passthrough::Passthrough));
         self.reset_plans = true;
         self.reset_pacing = true;

@@ -59,13 +59,21 @@ pub struct WasmLimits {
     pub interruption: Interruption,
     /// Cap on the module's linear memory, in bytes.
     pub max_memory_bytes: usize,
+    /// Largest module accepted, in bytes (checked before compiling, so a
+    /// huge module costs no compile time).
+    pub max_module_bytes: usize,
 }
 
 impl Default for WasmLimits {
     /// 50 ms per call by epoch (generous, so that a legitimate call descheduled
-    /// on a loaded machine is not taken for a loop), 16 MiB of memory.
+    /// on a loaded machine is not taken for a loop), 16 MiB of memory, 4 MiB
+    /// of module (the repository's policies are 20-30 KB).
     fn default() -> Self {
-        WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(50)), max_memory_bytes: 16 << 20 }
+        WasmLimits {
+            interruption: Interruption::Epoch(Duration::from_millis(50)),
+            max_memory_bytes: 16 << 20,
+            max_module_bytes: 4 << 20,
+        }
     }
 }
 
@@ -75,6 +83,14 @@ pub enum LoadError {
     /// The bytes are not a wasm module (bad magic number).
     #[error("not a wasm module (no `\\0asm` header)")]
     NotWasm,
+    /// The module is larger than [`WasmLimits::max_module_bytes`].
+    #[error("the module is {len} bytes, more than the {max}-byte cap")]
+    TooLarge {
+        /// Its size.
+        len: usize,
+        /// The cap.
+        max: usize,
+    },
     /// The module does not compile.
     #[error("the module does not compile: {0}")]
     Compile(String),
@@ -160,6 +176,9 @@ pub enum FaultKind {
     /// The host could not marshal the call (too many tenants, a buffer
     /// outside memory).
     Marshal,
+    /// The watchdog reclaimed control: a QP with backlog completed nothing
+    /// for longer than the configured bound under this policy.
+    Watchdog,
 }
 
 /// A failed call into a module.
@@ -173,7 +192,8 @@ pub struct Fault {
 }
 
 impl Fault {
-    fn new(kind: FaultKind, message: impl Into<String>) -> Self {
+    /// A fault of `kind` with `message`.
+    pub fn new(kind: FaultKind, message: impl Into<String>) -> Self {
         Fault { kind, message: message.into() }
     }
 
@@ -274,15 +294,47 @@ fn check_func(name: &str, ty: &ExternType, params: &[AbiType], results: &[AbiTyp
 }
 
 impl WasmPolicy {
-    /// Loads, validates and initialises a module from its bytes.
+    /// Loads, validates and initialises a module from its bytes, compiling
+    /// it every time (see [`WasmPolicy::load_cached`] for the cached path).
     pub fn from_bytes(bytes: &[u8], limits: WasmLimits) -> Result<Self, LoadError> {
+        let module = Self::compile(bytes, limits)?;
+        Self::instantiate(&module, limits)
+    }
+
+    /// Like [`WasmPolicy::from_bytes`], but takes the compiled module from
+    /// the process-wide cache ([`super::cache::ModuleCache::global`]) when
+    /// the same bytes were compiled before for the same engine. Returns the
+    /// policy and whether the cache had the module.
+    pub fn load_cached(bytes: &[u8], limits: WasmLimits) -> Result<(Self, bool), LoadError> {
+        let (module, hit) = super::cache::ModuleCache::global().get_or_compile(bytes, limits)?;
+        Ok((Self::instantiate(&module, limits)?, hit))
+    }
+
+    /// The engine a module loaded under `limits` runs on.
+    pub(crate) fn engine_for(limits: WasmLimits) -> Result<&'static Engine, LoadError> {
+        engine(matches!(limits.interruption, Interruption::Fuel(_)))
+    }
+
+    /// Checks the size and magic number, compiles, and validates imports and
+    /// exports against the ABI: everything that does not need an instance.
+    pub fn compile(bytes: &[u8], limits: WasmLimits) -> Result<Module, LoadError> {
+        if bytes.len() > limits.max_module_bytes {
+            return Err(LoadError::TooLarge { len: bytes.len(), max: limits.max_module_bytes });
+        }
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm);
         }
-        let engine = engine(matches!(limits.interruption, Interruption::Fuel(_)))?;
+        let engine = Self::engine_for(limits)?;
         let module = Module::from_binary(engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
         Self::validate(&module)?;
+        Ok(module)
+    }
 
+    /// Instantiates a compiled, validated module under `limits` (its memory
+    /// cap, its deadlines), checks its ABI version, initialises it and
+    /// locates its buffers.
+    pub fn instantiate(module: &Module, limits: WasmLimits) -> Result<Self, LoadError> {
+        let engine = Self::engine_for(limits)?;
         let mut linker: Linker<HostState> = Linker::new(engine);
         let host_fn = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
         linker
@@ -320,7 +372,7 @@ impl WasmPolicy {
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limits);
         Self::arm(&mut store, limits);
-        let instance = linker.instantiate(&mut store, &module).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+        let instance = linker.instantiate(&mut store, module).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
         let memory = instance
             .get_memory(&mut store, abi::MEMORY_EXPORT)
             .ok_or_else(|| LoadError::MissingExport(abi::MEMORY_EXPORT.into()))?;
@@ -513,6 +565,25 @@ impl WasmPolicy {
         Ok(())
     }
 
+    /// Writes every byte of the stats, plans and request buffers back in
+    /// place, so that the pages are faulted in (by the caller's thread)
+    /// before the first call. The contents do not change.
+    pub fn prefault(&mut self) {
+        let n = self.max_tenants;
+        let ranges = [
+            (self.stats_ptr, n * abi::STATS_SIZE),
+            (self.plans_ptr, n * abi::PLAN_SIZE),
+            (self.request_ptr, abi::REQUEST_SLOT_SIZE),
+        ];
+        let mem = self.memory.data_mut(&mut self.store);
+        for (at, len) in ranges {
+            if let Some(b) = mem.get_mut(at..at.saturating_add(len)) {
+                let copy = b.to_vec();
+                b.copy_from_slice(&copy);
+            }
+        }
+    }
+
     /// Calls `perf_on_tenant`.
     pub fn on_tenant(&mut self, t: &TenantInfo) -> Result<(), Fault> {
         Self::arm(&mut self.store, self.limits);
@@ -643,6 +714,20 @@ pub mod embedded {
             _ => return None,
         };
         (!b.is_empty()).then_some(b)
+    }
+}
+
+/// The hostile test policies of `policies/adversarial`, which the build
+/// script writes to disk (never embedded).
+pub mod adversarial {
+    use std::path::PathBuf;
+
+    /// Where the build script put them.
+    pub const DIR: &str = env!("PERF_ADVERSARIAL_DIR");
+
+    /// The module of behaviour `name` (`loop_tick`, `starve`, ...).
+    pub fn path(name: &str) -> PathBuf {
+        PathBuf::from(DIR).join(format!("{name}.wasm"))
     }
 }
 

@@ -2,22 +2,26 @@
 //! on host 0 of a [`SimFabric::pair`] and each tenant's peer [`Side`] on
 //! host 1 (as `perf-runner run` wires a scenario), a virtual-time driver
 //! whose every wait is bounded, test policies, and a ledger that checks
-//! exactly-once, in-order completion.
+//! exactly-once, in-order completion, and the random-workload case of the
+//! property tests ([`run_case_with`]), which also compares both hosts' bytes.
 //!
 //! Each test file includes it with `mod common;` and uses what it needs.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::collections::{HashMap, HashSet};
+pub mod wat;
+pub use std::collections::{HashMap, HashSet};
 
-use perf_dataplane::engine::{
-    Completion, CompletionKind, Dataplane, DataplaneConfig, RequestOp, TenantHandle, WorkRequest,
+pub use perf_dataplane::engine::{
+    Completion, CompletionKind, Dataplane, DataplaneConfig, PostRefused, RequestOp, TenantHandle, WorkRequest,
 };
-use perf_dataplane::perftest::Side;
-use perf_dataplane::policy::PolicyHost;
-use perf_dataplane::rnic::connect::{bring_up, endpoint};
-use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
-use perf_dataplane::rnic::{AccessFlags, Mr, QpTransition, RemoteAddr, Rnic, WcStatus};
-use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan, TenantStats};
+pub use perf_dataplane::perftest::Side;
+pub use perf_dataplane::policy::PolicyHost;
+pub use perf_dataplane::rnic::connect::{bring_up, endpoint};
+pub use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
+pub use perf_dataplane::rnic::{AccessFlags, Mr, QpTransition, RemoteAddr, Rnic, WcStatus};
+pub use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan, TenantStats};
+pub use proptest::prelude::*;
+pub use proptest::test_runner::RngSeed;
 
 /// Most dataplane rounds in a row that may report progress before the
 /// test calls it a livelock.
@@ -356,4 +360,174 @@ impl Ledger {
         }
         Ok(out)
     }
+}
+
+// ---------------------------------------------------------------------------
+// 1. Random workloads.
+// ---------------------------------------------------------------------------
+
+/// One generated request.
+#[derive(Debug, Clone)]
+pub struct GenOp {
+    pub tenant: usize,
+    pub qp: u32,
+    pub read: bool,
+    pub size: u32,
+    /// Posted at `burst * BURST_GAP_NS`.
+    pub burst: u64,
+}
+
+/// Time between two bursts of posts.
+pub const BURST_GAP_NS: u64 = 25_000;
+
+pub fn size() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        3 => 1u32..=64,
+        2 => 65u32..=4096,
+        3 => (1u32..=18).prop_map(|k| k * 16384),
+        2 => (1u32..=18, prop_oneof![Just(-1i64), Just(1)]).prop_map(|(k, d)| (k as i64 * 16384 + d) as u32),
+        2 => 4097u32..=70_000,
+        2 => 70_001u32..=300_000,
+    ]
+}
+
+pub fn gen_op() -> impl Strategy<Value = (usize, u32, bool, u32, u64)> {
+    (0usize..3, 0u32..4, prop::bool::weighted(0.25), size(), 0u64..4)
+}
+
+/// A case: QPs per tenant (1 to 3 tenants, 1 to 4 QPs each) and requests.
+pub fn case() -> impl Strategy<Value = (Vec<u32>, Vec<GenOp>, u64)> {
+    (prop::collection::vec(1u32..=4, 1..=3), prop::collection::vec(gen_op(), 1..48), any::<u64>()).prop_map(
+        |(qps, raw, seed)| {
+            let ops = raw
+                .into_iter()
+                .map(|(t, q, read, size, burst)| {
+                    let tenant = t % qps.len();
+                    GenOp { tenant, qp: q % qps[tenant], read, size, burst }
+                })
+                .collect();
+            (qps, ops, seed)
+        },
+    )
+}
+
+/// A distinctive wr_id for request `k` of tenant `t` (nothing like the
+/// dataplane's own WQE ids).
+pub fn app_wr_id(t: usize, k: usize) -> u64 {
+    0x5EED_0000_0000_0000 | ((t as u64) << 24) | k as u64
+}
+
+/// Runs one generated case under `pol`, with the checks that hold under
+/// any policy: exactly once, per-QP order, byte counts, no refusal, both
+/// hosts' bytes. `setup` runs once the tenants exist (to schedule swaps,
+/// say); `deadline_ns` bounds the run in virtual time. Returns the rig for
+/// further checks.
+pub fn run_case_with(
+    qps: &[u32],
+    ops: &[GenOp],
+    seed: u64,
+    pol: Pol,
+    cfg: DataplaneConfig,
+    deadline_ns: u64,
+    setup: impl FnOnce(&mut Rig),
+) -> Result<Rig, TestCaseError> {
+    let mut rig = Rig::new(seed, pol, cfg);
+    // Each request owns a slot at the same offset of its tenant's region on
+    // both hosts, with untouched gaps between slots.
+    let mut slots = vec![0u64; ops.len()];
+    let mut ends = vec![64u64; qps.len()];
+    for (i, o) in ops.iter().enumerate() {
+        slots[i] = ends[o.tenant];
+        ends[o.tenant] += o.size as u64 + 61;
+    }
+    for (t, &n) in qps.iter().enumerate() {
+        rig.tenant(&format!("t{t}"), n, ends[t] as usize);
+    }
+    setup(&mut rig);
+    // Afterwards both hosts' regions of a tenant hold every slot's pattern.
+    let mut want: Vec<Vec<u8>> = ends.iter().map(|&e| vec![0u8; e as usize]).collect();
+    for (i, o) in ops.iter().enumerate() {
+        let data = pattern(o.size as usize, seed ^ (i as u64 + 1));
+        let off = slots[i] as usize;
+        if o.read {
+            rig.write_peer(o.tenant, off, &data);
+        } else {
+            rig.write_local(o.tenant, off, &data);
+        }
+        want[o.tenant][off..off + data.len()].copy_from_slice(&data);
+    }
+    let mut ledgers: Vec<Ledger> = qps.iter().map(|_| Ledger::default()).collect();
+    let bursts = ops.iter().map(|o| o.burst).max().unwrap_or(0);
+    let mut next_burst = 0u64;
+    let total = ops.len();
+    let mut check_err = None;
+    rig.drive(deadline_ns, |r| {
+        while next_burst <= bursts && r.now_ns() >= next_burst * BURST_GAP_NS {
+            for (i, o) in ops.iter().enumerate().filter(|(_, o)| o.burst == next_burst) {
+                let wr = r.wr(o.tenant, app_wr_id(o.tenant, i), o.qp, o.read, slots[i], o.size);
+                post(&r.tenants[o.tenant].h, wr);
+                ledgers[o.tenant].record(&wr);
+            }
+            next_burst += 1;
+        }
+        // Running checks: a violation stops the run at once.
+        for (t, l) in ledgers.iter().enumerate() {
+            if let Err(e) = l.check(&r.tenants[t].got, false) {
+                check_err = Some(e);
+                return None;
+            }
+        }
+        let done: usize = r.tenants.iter().map(|t| t.got.len()).sum();
+        if done == total && next_burst > bursts {
+            return None;
+        }
+        Some(if next_burst <= bursts { next_burst * BURST_GAP_NS } else { u64::MAX })
+    });
+    if let Some(e) = check_err {
+        return Err(TestCaseError::fail(format!("{pol:?}: {e}")));
+    }
+    // Nothing more may arrive: no duplicates, no late hidden completions.
+    rig.idle_for(200_000);
+    for (t, l) in ledgers.iter().enumerate() {
+        l.check(&rig.tenants[t].got, true).map_err(|e| TestCaseError::fail(format!("{pol:?} tenant {t}: {e}")))?;
+    }
+    let c = rig.dp.counters();
+    prop_assert_eq!(c.requests, total as u64);
+    prop_assert_eq!(c.completions, total as u64);
+    prop_assert_eq!(c.refused, 0);
+    for (t, w) in want.iter().enumerate() {
+        let local = rig.read_local(t, 0, w.len());
+        let peer = rig.read_peer(t, 0, w.len());
+        for (name, got) in [("local", &local), ("peer", &peer)] {
+            if let Some(at) = got.iter().zip(w).position(|(a, b)| a != b) {
+                let op = slots.iter().zip(ops).rposition(|(&s, o)| o.tenant == t && s as usize <= at);
+                return Err(TestCaseError::fail(format!(
+                    "{pol:?} tenant {t}: {name} byte {at} is {} instead of {} (slot of op {op:?})",
+                    got[at], w[at]
+                )));
+            }
+        }
+    }
+    Ok(rig)
+}
+
+/// [`run_case_with`] under `pol` alone, with the default configuration,
+/// plus the checks of a forced-split policy (hidden completions and
+/// zero-weight WRs were used).
+pub fn run_case(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol) -> Result<(), TestCaseError> {
+    let rig = run_case_with(qps, ops, seed, pol, DataplaneConfig::default(), 200_000_000, |_| {})?;
+    let c = rig.dp.counters();
+    if let Pol::Force(p) = pol {
+        // Hidden WQEs retire with the next signaled WQE of their QP: there is
+        // one after them if a message had several chunks or a QP carried
+        // several messages (a lone one-chunk message's trailing zero-weight
+        // WRs wait for traffic that never comes).
+        let mut per_qp = HashMap::new();
+        ops.iter().for_each(|o| *per_qp.entry((o.tenant, o.qp)).or_insert(0) += 1);
+        if ops.iter().any(|o| o.size > p.chunk) || per_qp.values().any(|&n| n > 1) {
+            prop_assert!(c.hidden_completions > 0, "{:?}: splitting on but no hidden completion: {:?}", pol, c);
+        }
+        prop_assert!(c.zero_weight_wrs >= ops.len() as u64 * p.zw as u64, "{:?}: zero-weight WRs: {:?}", pol, c);
+    }
+    Ok(())
 }
