@@ -1,0 +1,115 @@
+//! QP-level isolation: each tenant's set of active QPs kept within its
+//! plan's cap, and rotated after the quantum (requests, bytes or time)
+//! with an in-NIC hand-off through the tenant's preemption control QP.
+
+use super::*;
+
+impl<R: Rnic> Dataplane<R> {
+    /// Keeps each capped tenant's active QPs within its plan, rotating
+    /// after the quantum with an in-NIC hand-off.
+    pub(super) fn manage_active_sets(&mut self, now: u64) -> Result<(), RnicError> {
+        let mut qps = std::mem::take(&mut self.scratch.qps);
+        let mut waiting = std::mem::take(&mut self.scratch.waiting);
+        let r = (0..self.tenants.len()).try_for_each(|t| self.manage_tenant(t, now, &mut qps, &mut waiting));
+        self.scratch.qps = qps;
+        self.scratch.waiting = waiting;
+        r
+    }
+
+    /// [`Dataplane::manage_active_sets`] for tenant `t`, with scratch
+    /// buffers for its QPs and the waiting ones.
+    pub(super) fn manage_tenant(
+        &mut self,
+        t: usize,
+        now: u64,
+        qps: &mut Vec<usize>,
+        waiting: &mut Vec<usize>,
+    ) -> Result<(), RnicError> {
+        let plan = self.plans[t];
+        let cap = if plan.max_active_qps == 0 { usize::MAX } else { plan.max_active_qps as usize };
+        qps.clear();
+        qps.extend_from_slice(&self.tenants[t].qps);
+        // A QP holds its slot while it has work in software or in the NIC.
+        for &qi in qps.iter() {
+            let q = &mut self.qps[qi];
+            if q.active && !q.has_work() && q.outstanding == 0 {
+                q.active = false;
+            }
+        }
+        let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
+        // Over the cap (the plan shrank): stop feeding the extras; what
+        // they already posted drains.
+        for &qi in qps.iter().rev() {
+            if active <= cap {
+                break;
+            }
+            if self.qps[qi].active {
+                self.qps[qi].active = false;
+                active -= 1;
+            }
+        }
+        let n = qps.len();
+        let start = self.tenants[t].rr;
+        waiting.clear();
+        waiting.extend(
+            (0..n)
+                .map(|k| qps[(start + k) % n])
+                // Only a drained QP can take a slot: a stream still in the NIC
+                // would run beside the slot's owner.
+                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work() && self.qps[qi].outstanding == 0),
+        );
+        let mut waiting = waiting.iter().copied();
+        while active < cap {
+            let Some(qi) = waiting.next() else { break };
+            self.activate(qi, now, None);
+            active += 1;
+        }
+        if cap == usize::MAX {
+            return Ok(());
+        }
+        for &qi in qps.iter() {
+            let q = &self.qps[qi];
+            if !q.active || !self.quantum_spent(q, &plan, now) {
+                continue;
+            }
+            let Some(next) = waiting.next() else {
+                // Nobody waits: the QP keeps the NIC for another quantum.
+                let q = &mut self.qps[qi];
+                q.active_since_ns = now;
+                q.active_requests = 0;
+                q.active_bytes = 0;
+                continue;
+            };
+            let wait = match self.tenants[t].pcq.as_mut() {
+                Some(pcq) => Some(pcq.plan_handoff(&mut self.nic)?),
+                None => None,
+            };
+            self.counters.handoffs += 1;
+            let q = &mut self.qps[qi];
+            q.active = false;
+            q.pending_release = wait.is_some();
+            self.activate(next, now, wait);
+        }
+        self.tenants[t].rr = (start + 1) % n.max(1);
+        Ok(())
+    }
+
+    pub(super) fn quantum_spent(&self, q: &DpQp, plan: &TenantPlan, now: u64) -> bool {
+        quantum_hit(q, plan) || (plan.quantum_ns > 0 && now.saturating_sub(q.active_since_ns) >= plan.quantum_ns)
+    }
+
+    pub(super) fn activate(&mut self, qi: usize, now: u64, wait: Option<u64>) {
+        let q = &mut self.qps[qi];
+        q.active = true;
+        q.active_since_ns = now;
+        q.active_requests = 0;
+        q.active_bytes = 0;
+        q.pending_wait = wait;
+    }
+}
+
+/// Whether a QP posted its request or byte quantum since it became active.
+pub(super) fn quantum_hit(q: &DpQp, plan: &TenantPlan) -> bool {
+    (plan.quantum_requests > 0 && q.active_requests >= plan.quantum_requests)
+        || (plan.quantum_bytes > 0 && q.active_bytes >= plan.quantum_bytes)
+}

@@ -1,0 +1,176 @@
+//! Completions: polling the shared CQs, retiring hidden WQEs (chunks and
+//! zero-weight WRs) and delivering each application message's completion
+//! exactly once, in per-QP order; failing a QP and flushing what it held.
+
+use super::intake::failed_completion;
+use super::*;
+
+impl<R: Rnic> Dataplane<R> {
+    /// Fails QP `qi`: the message being posted completes with
+    /// `cursor_status` (or the error its posted chunks met), everything
+    /// held with a flush error; all of them after the messages already
+    /// posted, which complete as the NIC flushes them.
+    pub(super) fn fail_qp(&mut self, qi: usize, cursor_status: Option<WcStatus>) {
+        let now = self.nic.clock_ns();
+        let q = &mut self.qps[qi];
+        q.failed = true;
+        // Releases still queued (or never posted) may never run: their
+        // hand-offs may need rescuing.
+        let releases = q.posted.iter().filter(|(_, m)| matches!(m, Meta::Release)).count() as u32;
+        let lost = releases + q.pending_release as u32;
+        q.pending_release = false;
+        self.tenants[q.tenant as usize].lost_releases += lost;
+        // A hidden chunk's error belongs to the first message whose last WQE
+        // is still posted; if there is none, to the message being posted (its
+        // first chunks failed while the rest was still in software).
+        let app_posted = q.posted.iter().any(|(_, m)| matches!(m, Meta::App { .. }));
+        let cursor_status = cursor_status.unwrap_or_else(|| {
+            if app_posted {
+                WcStatus::WrFlushErr
+            } else {
+                q.pending_error.take().unwrap_or(WcStatus::WrFlushErr)
+            }
+        });
+        if let Some(c) = q.cursor.take() {
+            q.dead.push_back(failed_completion(&c.wr, cursor_status, now));
+        }
+        while let Some(wr) = q.held.pop_front() {
+            q.dead.push_back(failed_completion(&wr, WcStatus::WrFlushErr, now));
+        }
+        self.flush_dead(qi);
+    }
+
+    /// Delivers a failed QP's unposted requests' completions once every
+    /// message it posted has completed (per-QP order).
+    pub(super) fn flush_dead(&mut self, qi: usize) {
+        let q = &mut self.qps[qi];
+        if q.outstanding > 0 || q.dead.is_empty() {
+            return;
+        }
+        let t = q.tenant as usize;
+        let dead = std::mem::take(&mut q.dead);
+        for c in dead {
+            self.counters.refused += 1;
+            self.deliver(t, c);
+        }
+    }
+
+    pub(super) fn poll_completions(&mut self, now: u64) -> Result<bool, RnicError> {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        let r = self.poll_shared(SharedCq::Send, &mut wcs, now).and_then(|sent| {
+            let received = self.poll_shared(SharedCq::Recv, &mut wcs, now)?;
+            Ok(sent | received)
+        });
+        self.wcs = wcs;
+        r
+    }
+
+    /// Drains one of the shared CQs; an overrun fails what it held and
+    /// replaces it ([`recovery`]). Returns whether anything completed.
+    pub(super) fn poll_shared(&mut self, which: SharedCq, wcs: &mut [Wc], now: u64) -> Result<bool, RnicError> {
+        let mut did = false;
+        loop {
+            let cq = match which {
+                SharedCq::Send => self.send_cq,
+                SharedCq::Recv => self.recv_cq,
+            };
+            let n = match self.nic.poll_cq(cq, wcs) {
+                Ok(n) => n,
+                Err(RnicError::CqOverrun { .. }) => {
+                    self.on_cq_overrun(which)?;
+                    return Ok(true);
+                }
+                Err(e) => return Err(e),
+            };
+            for wc in &wcs[..n] {
+                match which {
+                    SharedCq::Send => self.on_send_wc(wc, now),
+                    SharedCq::Recv => self.on_recv_wc(wc, now),
+                }
+            }
+            did |= n > 0;
+            if n < wcs.len() {
+                return Ok(did);
+            }
+        }
+    }
+
+    pub(super) fn on_send_wc(&mut self, wc: &Wc, now: u64) {
+        let qi = (wc.wr_id >> WR_QP_SHIFT) as usize;
+        let seq_low = wc.wr_id & WR_SEQ_MASK;
+        let Some(q) = self.qps.get_mut(qi) else { return };
+        let t = q.tenant as usize;
+        let index = q.index;
+        // `posted` holds consecutive sequence numbers from its front to
+        // `next_seq`: a completion is ours if its number lies in that range.
+        let Some(&(front, _)) = q.posted.front() else { return };
+        if seq_low.wrapping_sub(front) & WR_SEQ_MASK >= q.next_seq - front {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.scratch.out);
+        out.clear();
+        let mut hidden = 0u64;
+        while let Some((seq, meta)) = q.posted.pop_front() {
+            let this = seq & WR_SEQ_MASK == seq_low;
+            let status = if this { wc.status } else { WcStatus::Success };
+            match meta {
+                Meta::Hidden | Meta::Release => {
+                    hidden += 1;
+                    if !status.is_ok() && q.pending_error.is_none() {
+                        q.pending_error = Some(status);
+                    }
+                }
+                Meta::App { wr_id, len, posted_ns } => {
+                    let status = q.pending_error.take().unwrap_or(status);
+                    q.outstanding = q.outstanding.saturating_sub(1);
+                    out.push(Completion {
+                        wr_id,
+                        qp: index,
+                        status,
+                        kind: CompletionKind::Send,
+                        byte_len: if status.is_ok() { len } else { 0 },
+                        imm: None,
+                        posted_ns,
+                        completed_ns: now,
+                    });
+                }
+            }
+            if this {
+                break;
+            }
+        }
+        let newly_failed = !wc.status.is_ok() && !q.failed;
+        let failed = q.failed || newly_failed;
+        self.counters.hidden_completions += hidden;
+        if !out.is_empty() {
+            q.progress_ns = now;
+        }
+        for c in out.drain(..) {
+            self.deliver(t, c);
+        }
+        self.scratch.out = out;
+        if newly_failed {
+            self.fail_qp(qi, None);
+        } else if failed {
+            self.flush_dead(qi);
+        }
+    }
+
+    pub(super) fn on_recv_wc(&mut self, wc: &Wc, now: u64) {
+        let qi = (wc.wr_id >> WR_QP_SHIFT) as usize;
+        let Some(q) = self.qps.get_mut(qi) else { return };
+        let Some(wr) = q.recvs.pop_front() else { return };
+        let t = q.tenant as usize;
+        let c = Completion {
+            wr_id: wr.wr_id,
+            qp: q.index,
+            status: wc.status,
+            kind: CompletionKind::Recv,
+            byte_len: wc.byte_len,
+            imm: wc.imm,
+            posted_ns: wr.posted_ns,
+            completed_ns: now,
+        };
+        self.deliver(t, c);
+    }
+}

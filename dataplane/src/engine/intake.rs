@@ -1,0 +1,149 @@
+//! Taking tenants' requests: the bounded request channels drained into
+//! per-QP software queues (with ownership and bounds checks, and
+//! back-pressure when a tenant's held work reaches its queue's capacity),
+//! RECVs posted at once, refusals, and completions delivered to tenants
+//! (spilling into an overflow queue when a tenant does not poll).
+
+use super::*;
+
+impl<R: Rnic> Dataplane<R> {
+    pub(super) fn deliver(&mut self, t: usize, c: Completion) {
+        let ts = &mut self.tenants[t];
+        ts.tick.completed += 1;
+        ts.tick.bytes += c.byte_len as u64;
+        ts.tick.lat_sum_ns += c.completed_ns.saturating_sub(c.posted_ns);
+        self.counters.completions += 1;
+        if !ts.overflow.is_empty() {
+            ts.overflow.push_back(c);
+            return;
+        }
+        match ts.cpl_tx.try_send(c) {
+            Ok(()) => {}
+            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => ts.overflow.push_back(c),
+        }
+    }
+
+    pub(super) fn flush_overflow(&mut self) -> bool {
+        let mut did = false;
+        for ts in &mut self.tenants {
+            while let Some(c) = ts.overflow.pop_front() {
+                if let Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) = ts.cpl_tx.try_send(c) {
+                    ts.overflow.push_front(c);
+                    break;
+                }
+                did = true;
+            }
+        }
+        did
+    }
+
+    pub(super) fn refuse(&mut self, t: usize, wr: &WorkRequest, status: WcStatus, now: u64) {
+        self.counters.refused += 1;
+        let kind = if wr.op == RequestOp::Recv { CompletionKind::Recv } else { CompletionKind::Send };
+        let c = Completion {
+            wr_id: wr.wr_id,
+            qp: wr.qp,
+            status,
+            kind,
+            byte_len: 0,
+            imm: None,
+            posted_ns: wr.posted_ns,
+            completed_ns: now,
+        };
+        self.deliver(t, c);
+    }
+
+    pub(super) fn drain_requests(&mut self, now: u64) -> bool {
+        let mut did = false;
+        for t in 0..self.tenants.len() {
+            // Requests held in software count against the tenant's queue
+            // too, and so do completions it has not taken: a tenant that
+            // floods, or posts without polling, stays back-pressured at its
+            // channel instead of growing the loop's memory.
+            let mut held = self.held_requests(t);
+            let unpolled = self.tenants[t].overflow.len();
+            for _ in 0..self.cfg.max_requests_per_round {
+                if held >= self.cfg.request_queue || unpolled >= self.cfg.request_queue {
+                    break;
+                }
+                let Ok(wr) = self.tenants[t].req_rx.try_recv() else { break };
+                did = true;
+                self.counters.requests += 1;
+                let ts = &self.tenants[t];
+                let Some(&qi) = ts.qps.get(wr.qp as usize) else {
+                    self.refuse(t, &wr, WcStatus::LocQpOpErr, now);
+                    continue;
+                };
+                let owned = ts.mrs.iter().any(|m| m.lkey == wr.mr.lkey && m.addr == wr.mr.addr && m.len == wr.mr.len);
+                if !owned || wr.offset.checked_add(wr.len as u64).is_none_or(|end| end > wr.mr.len as u64) {
+                    self.refuse(t, &wr, WcStatus::LocProtErr, now);
+                    continue;
+                }
+                if self.qps[qi].failed {
+                    if wr.op == RequestOp::Recv {
+                        self.refuse(t, &wr, WcStatus::WrFlushErr, now);
+                    } else {
+                        // Behind whatever the QP still has in flight.
+                        self.qps[qi].dead.push_back(failed_completion(&wr, WcStatus::WrFlushErr, now));
+                        self.flush_dead(qi);
+                    }
+                    continue;
+                }
+                if wr.op == RequestOp::Recv {
+                    self.post_recv(qi, wr, now);
+                    continue;
+                }
+                let tick = &mut self.tenants[t].tick;
+                tick.ewma = if tick.ewma == 0.0 { wr.len as f64 } else { 0.5 * tick.ewma + 0.5 * wr.len as f64 };
+                tick.max_msg = tick.max_msg.max(wr.len as u64);
+                let q = &mut self.qps[qi];
+                q.held.push_back(wr);
+                held += 1;
+                let depth = q.depth();
+                let tick = &mut self.tenants[t].tick;
+                tick.max_depth = tick.max_depth.max(depth);
+            }
+        }
+        did
+    }
+
+    /// Requests tenant `t` has waiting in software (not yet posted).
+    pub(super) fn held_requests(&self, t: usize) -> usize {
+        self.tenants[t].qps.iter().map(|&qi| self.qps[qi].held.len() + self.qps[qi].cursor.is_some() as usize).sum()
+    }
+
+    pub(super) fn post_recv(&mut self, qi: usize, wr: WorkRequest, now: u64) {
+        let q = &mut self.qps[qi];
+        let wr_id = ((qi as u64) << WR_QP_SHIFT) | (q.next_recv_seq & WR_SEQ_MASK);
+        let sge = [wr.mr.sge(wr.offset as usize, wr.len)];
+        match self.nic.post_recv(q.nic_qp, &[RecvWr { wr_id, sgl: &sge }]) {
+            Ok(()) => {
+                q.next_recv_seq += 1;
+                q.recvs.push_back(wr);
+            }
+            Err(e) => {
+                let status = if matches!(e.error, RnicError::QueueFull { .. }) {
+                    WcStatus::LocQpOpErr
+                } else {
+                    WcStatus::WrFlushErr
+                };
+                let t = q.tenant as usize;
+                self.refuse(t, &wr, status, now);
+            }
+        }
+    }
+}
+
+/// The completion of a request that a failed QP never posted.
+pub(super) fn failed_completion(wr: &WorkRequest, status: WcStatus, now: u64) -> Completion {
+    Completion {
+        wr_id: wr.wr_id,
+        qp: wr.qp,
+        status,
+        kind: CompletionKind::Send,
+        byte_len: 0,
+        imm: None,
+        posted_ns: wr.posted_ns,
+        completed_ns: now,
+    }
+}

@@ -1,0 +1,221 @@
+//! Posting: each allowed QP's next WQEs (data chunks, zero-weight WRs,
+//! WAITs for a pending hand-off) built from its held requests and the
+//! policy's split plan, within the send queue's room and the tenant's
+//! token bucket, and handed to the NIC as one post list.
+
+use super::active_set::quantum_hit;
+use super::*;
+
+impl<R: Rnic> Dataplane<R> {
+    pub(super) fn post_all(&mut self, now: u64) -> Result<bool, RnicError> {
+        let mut did = false;
+        for qi in 0..self.qps.len() {
+            let t = self.qps[qi].tenant as usize;
+            let allowed = self.plans[t].max_active_qps == 0 || self.qps[qi].active;
+            if self.qps[qi].failed {
+                continue;
+            }
+            if self.qps[qi].pending_release
+                || (allowed && (self.qps[qi].has_work() || self.qps[qi].pending_wait.is_some()))
+            {
+                did |= self.post_qp(qi, allowed, now)?;
+            }
+        }
+        Ok(did)
+    }
+
+    pub(super) fn post_qp(&mut self, qi: usize, allowed: bool, now: u64) -> Result<bool, RnicError> {
+        let depth = self.cfg.sq_depth;
+        let signal_every = (depth / 4).max(1);
+        let zw_cq = self.zw_cq;
+        let t = self.qps[qi].tenant as usize;
+        let pcq_ops = self.tenants[t].pcq.as_ref().map(|p| (p.release(), p.cq));
+        let plan = self.plans[t];
+        let capped = plan.max_active_qps > 0;
+        let mut specs = std::mem::take(&mut self.specs);
+        specs.clear();
+        let q = &mut self.qps[qi];
+        let mut free = depth.saturating_sub(q.posted.len() as u32);
+        // The release ends the QP's previous stream, so it goes first.
+        if q.pending_release && free > 0 {
+            if let Some((release, _)) = pcq_ops {
+                specs.push(WqeSpec { opcode: release, sge: None, inline: false, signaled: false, meta: Meta::Release });
+                q.since_signal += 1;
+                free -= 1;
+            }
+            q.pending_release = false;
+        }
+        if let (Some(count), Some((_, pcq_cq))) = (q.pending_wait, pcq_ops) {
+            if free == 0 {
+                self.specs = specs;
+                return self.post_specs(qi);
+            }
+            specs.push(WqeSpec {
+                opcode: WrOpcode::Wait { cq: pcq_cq, count },
+                sge: None,
+                inline: false,
+                signaled: false,
+                meta: Meta::Hidden,
+            });
+            q.pending_wait = None;
+            q.waiting_on = Some(count);
+            q.since_signal += 1;
+            free -= 1;
+        }
+        let mut room = free.saturating_sub(CTRL_RESERVE);
+        while allowed && !self.qps[qi].failed {
+            if !self.tenants[t].bucket.may_post(now) {
+                self.counters.paced_holds += 1;
+                break;
+            }
+            let q = &mut self.qps[qi];
+            if q.cursor.is_none() {
+                if capped && quantum_hit(q, &plan) {
+                    break;
+                }
+                let Some(wr) = q.held.pop_front() else { break };
+                let req = request_info(t as u32, &wr, q.depth() + 1);
+                // The split plan is decided when the message starts, so it
+                // reflects the policy's current view.
+                let mut split = self.policy.on_request(&req, &self.plans[t]);
+                // A chunk and its zero-weight WRs must fit an empty send
+                // queue (beside a WAIT and the control reserve), or the QP
+                // could never post again.
+                let max_zw = depth.saturating_sub(CTRL_RESERVE + 2);
+                split.zero_weight_per_chunk = split.zero_weight_per_chunk.min(max_zw);
+                self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
+            }
+            let q = &mut self.qps[qi];
+            let Some(cur) = q.cursor.as_mut() else { break };
+            let before = specs.len();
+            match emit_chunk(cur, room, zw_cq, signal_every, &mut q.since_signal, &mut specs) {
+                None => break,
+                Some(done) => {
+                    room -= (specs.len() - before) as u32;
+                    let bytes = specs[before].sge.map_or(0, |g| g.length as u64);
+                    self.tenants[t].bucket.take(bytes);
+                    if done {
+                        let len = cur.wr.len as u64;
+                        q.cursor = None;
+                        q.outstanding += 1;
+                        q.active_requests += 1;
+                        q.active_bytes += len;
+                    }
+                }
+            }
+        }
+        self.specs = specs;
+        self.post_specs(qi)
+    }
+
+    /// Posts the WQEs built in `self.specs` to QP `qi` as one post list.
+    pub(super) fn post_specs(&mut self, qi: usize) -> Result<bool, RnicError> {
+        let mut specs = std::mem::take(&mut self.specs);
+        let signal_every = (self.cfg.sq_depth / 4).max(1);
+        let zw_cq = self.zw_cq;
+        let t = self.qps[qi].tenant as usize;
+        let q = &mut self.qps[qi];
+        if specs.is_empty() {
+            self.specs = specs;
+            return Ok(false);
+        }
+        // Seal the list with a signal if the unsignaled tail grew long.
+        if let Some(last) = specs.last_mut() {
+            if q.since_signal >= signal_every {
+                last.signaled = true;
+                q.since_signal = 0;
+            }
+        }
+        let base = q.next_seq;
+        let nic_qp = q.nic_qp;
+        let mut sges = std::mem::take(&mut self.scratch.sges);
+        sges.clear();
+        sges.extend(specs.iter().map(|s| [s.sge.unwrap_or(Sge { addr: 0, length: 0, lkey: 0 })]));
+        // Inline payloads: the CPU copies the bytes out of the tenant's buffer.
+        let mut inline: Vec<Vec<u8>> = Vec::new();
+        for s in specs.iter().filter(|s| s.inline) {
+            let Some(sge) = s.sge else { continue };
+            let mut bytes = vec![0u8; sge.length as usize];
+            if let Some(mr) = self.tenants[t].mrs.iter().find(|m| m.lkey == sge.lkey) {
+                self.nic.read_mr(mr.handle, (sge.addr - mr.addr) as usize, &mut bytes)?;
+            }
+            inline.push(bytes);
+        }
+        let mut inline_iter = inline.iter();
+        let mut wrs = recycle(std::mem::take(&mut self.scratch.wrs));
+        wrs.extend(specs.iter().zip(&sges).enumerate().map(|(k, (s, sge))| SendWr {
+            wr_id: ((qi as u64) << WR_QP_SHIFT) | ((base + k as u64) & WR_SEQ_MASK),
+            opcode: s.opcode,
+            payload: match (s.sge.is_some(), s.inline) {
+                (true, true) => inline_iter.next().map_or(Payload::Sges(sge), |b| Payload::Inline(b)),
+                (true, false) => Payload::Sges(sge),
+                _ => Payload::None,
+            },
+            signaled: s.signaled,
+        }));
+        let result = self.nic.post_send(nic_qp, &wrs);
+        let posted = match &result {
+            Ok(()) => specs.len(),
+            Err(e) => e.index,
+        };
+        wrs.clear();
+        self.scratch.wrs = recycle(wrs);
+        self.scratch.sges = sges;
+        let q = &mut self.qps[qi];
+        for (k, s) in specs.iter().take(posted).enumerate() {
+            q.posted.push_back((base + k as u64, s.meta));
+            if s.sge.is_some() {
+                self.counters.data_wqes += 1;
+            } else if matches!(s.opcode, WrOpcode::Wait { cq, count: 0 } if cq == zw_cq) {
+                self.counters.zero_weight_wrs += 1;
+            }
+        }
+        q.next_seq = base + posted as u64;
+        self.counters.wqes_posted += posted as u64;
+        self.counters.doorbells += 1;
+        if result.is_err() {
+            // The NIC refused part of the list (the QP is broken): the first
+            // message it cut completes with a local QP error, every later one
+            // with a flush error, after what was posted before them.
+            let now = self.nic.clock_ns();
+            let mut first = Some(WcStatus::LocQpOpErr);
+            let q = &mut self.qps[qi];
+            let lost = specs[posted..].iter().filter(|s| matches!(s.meta, Meta::Release)).count();
+            self.tenants[t].lost_releases += lost as u32;
+            for s in &specs[posted..] {
+                if let Meta::App { wr_id, posted_ns, .. } = s.meta {
+                    let status = first.take().unwrap_or(WcStatus::WrFlushErr);
+                    q.outstanding = q.outstanding.saturating_sub(1);
+                    q.dead.push_back(Completion {
+                        wr_id,
+                        qp: q.index,
+                        status,
+                        kind: CompletionKind::Send,
+                        byte_len: 0,
+                        imm: None,
+                        posted_ns,
+                        completed_ns: now,
+                    });
+                }
+            }
+            self.fail_qp(qi, Some(first.unwrap_or(WcStatus::WrFlushErr)));
+        }
+        self.specs = specs;
+        Ok(true)
+    }
+}
+
+/// What the policy sees of a request.
+fn request_info(tenant: u32, wr: &WorkRequest, depth: u32) -> RequestInfo {
+    RequestInfo {
+        tenant,
+        qp: wr.qp,
+        len: wr.len as u64,
+        op: match wr.op {
+            RequestOp::Send => PolicyOp::Send,
+            RequestOp::Read { .. } => PolicyOp::Read,
+            _ => PolicyOp::Write,
+        },
+        depth,
+    }
+}

@@ -1,0 +1,83 @@
+//! The policy tick: per-tenant statistics handed to the policy, its plans
+//! and rate limits applied, and lost hand-offs rescued.
+
+use super::*;
+
+impl<R: Rnic> Dataplane<R> {
+    /// Releases hand-offs that a failed QP took with it. For a tenant that
+    /// may have lost releases: if one of its healthy QPs has been blocked on
+    /// a hand-off count the PCQ has not reached, with no hand-off completing
+    /// for a whole tick, the loop releases one hand-off itself (per tick,
+    /// at most as many as may have been lost). A slow but healthy stream can
+    /// only be mistaken for a stall while such a loss is outstanding, and
+    /// then costs one early hand-off, never a stranded QP.
+    pub(super) fn rescue_stalls(&mut self) {
+        for t in 0..self.tenants.len() {
+            if self.tenants[t].lost_releases == 0 {
+                continue;
+            }
+            let ts = &mut self.tenants[t];
+            let Some(pcq) = ts.pcq.as_mut() else { continue };
+            let Ok(done) = pcq.completed(&mut self.nic) else { continue };
+            let blocked = ts
+                .qps
+                .iter()
+                .filter(|&&qi| !self.qps[qi].failed)
+                .filter_map(|&qi| self.qps[qi].waiting_on)
+                .any(|k| k > done);
+            if !blocked {
+                ts.stalled_at = None;
+                continue;
+            }
+            if ts.stalled_at != Some(done) {
+                ts.stalled_at = Some(done);
+                continue;
+            }
+            if pcq.rescue(&mut self.nic, ts.pd, self.zw_cq).is_ok() {
+                ts.lost_releases -= 1;
+                ts.stalled_at = None;
+                self.counters.rescued_handoffs += 1;
+            }
+        }
+    }
+
+    pub(super) fn tick(&mut self, now: u64) {
+        self.counters.ticks += 1;
+        self.rescue_stalls();
+        self.next_tick_ns = now + self.policy.tick_interval_ns();
+        let stats: Vec<TenantStats> = self
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, ts)| {
+                let backlogged = ts.qps.iter().filter(|&&qi| self.qps[qi].depth() > 0).count() as u32;
+                let depth_now = ts.qps.iter().map(|&qi| self.qps[qi].depth()).max().unwrap_or(0);
+                TenantStats {
+                    tenant: i as u32,
+                    qps: ts.qps.len() as u32,
+                    backlogged_qps: backlogged,
+                    max_depth: ts.tick.max_depth.max(depth_now),
+                    ewma_msg_bytes: ts.tick.ewma,
+                    max_msg_bytes: ts.tick.max_msg,
+                    completed: ts.tick.completed,
+                    bytes: ts.tick.bytes,
+                    mean_latency_ns: ts.tick.lat_sum_ns.checked_div(ts.tick.completed).unwrap_or(0),
+                    weight: ts.weight,
+                }
+            })
+            .collect();
+        let mut plans = std::mem::take(&mut self.plans);
+        self.policy.on_tick(now, &stats, &mut plans);
+        self.plans = plans;
+        let mut pacing = std::mem::take(&mut self.pacing);
+        self.policy.on_pacing(now, &mut pacing);
+        for (ts, p) in self.tenants.iter_mut().zip(&pacing) {
+            ts.bucket.set(*p, now);
+        }
+        self.pacing = pacing;
+        for ts in &mut self.tenants {
+            let ewma = ts.tick.ewma;
+            ts.tick = TickAccum { ewma, ..TickAccum::default() };
+        }
+    }
+}
