@@ -3,11 +3,15 @@
 //! (`policy::wasm::embedded`): a nested `cargo build --release --target
 //! wasm32-unknown-unknown` into a target directory under `OUT_DIR`, so it
 //! never contends with the outer build's directory lock. The toolchain
-//! file pins the wasm32 target, so this needs no extra command. If the
-//! nested build fails (no wasm32 target, say), the dataplane still builds
-//! with empty modules and a warning; `embedded::*` then returns `None`.
+//! file pins the wasm32 target, so this needs no extra command.
+//!
+//! A failed nested build fails the dataplane's build with the reason (the
+//! usual one: the wasm32 target is missing, `rustup target add
+//! wasm32-unknown-unknown`), because a dataplane without its policy
+//! modules would fail later in confusing ways. `PERF_NO_WASM_POLICIES=1`
+//! builds without them on purpose (`embedded::*` then returns `None`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const POLICIES: &[(&str, &str)] = &[
@@ -18,6 +22,20 @@ const POLICIES: &[(&str, &str)] = &[
     ("perf-policy-slo", "perf_policy_slo"),
 ];
 
+/// The outer build's wrappers and flags (clippy, coverage, native
+/// RUSTFLAGS, target overrides) that must not reach the wasm build.
+const OUTER_ENV: &[&str] = &[
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "CLIPPY_ARGS",
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET",
+    "CARGO_PRIMARY_PACKAGE",
+];
+
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest_dir.parent().expect("dataplane/ lives in the workspace root").to_path_buf();
@@ -25,50 +43,51 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("policies").display());
     println!("cargo:rerun-if-changed={}", root.join("policy-sdk").display());
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=PERF_NO_WASM_POLICIES");
+    let skip = std::env::var_os("PERF_NO_WASM_POLICIES").is_some_and(|v| v == "1");
 
     let target_dir = out.join("policies-target");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
-        .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--config", "profile.release.debug=0"])
-        .arg("--target-dir")
-        .arg(&target_dir);
-    for (pkg, _) in POLICIES {
-        cmd.args(["-p", pkg]);
-    }
-    // Do not hand the outer build's wrappers and flags (clippy, coverage,
-    // native RUSTFLAGS) to the wasm build.
-    for var in [
-        "RUSTC_WRAPPER",
-        "RUSTC_WORKSPACE_WRAPPER",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "CLIPPY_ARGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "CARGO_PRIMARY_PACKAGE",
-    ] {
-        cmd.env_remove(var);
-    }
-    let ok = match cmd.status() {
-        Ok(s) if s.success() => true,
-        Ok(s) => {
-            println!("cargo:warning=building policies/* for wasm32-unknown-unknown failed ({s}); wasm policies are not embedded");
-            false
+    let built = !skip && {
+        let mut cmd = wasm_build(&root, &target_dir);
+        for (pkg, _) in POLICIES {
+            cmd.args(["-p", pkg]);
         }
-        Err(e) => {
-            println!("cargo:warning=could not run cargo for policies/* ({e}); wasm policies are not embedded");
-            false
-        }
+        run_or_fail(cmd, "policies/*")
     };
     for (_, file) in POLICIES {
-        let built = target_dir.join("wasm32-unknown-unknown/release").join(format!("{file}.wasm"));
-        let dest = out.join(format!("{file}.wasm"));
-        let bytes = if ok { std::fs::read(&built).unwrap_or_default() } else { Vec::new() };
-        std::fs::write(&dest, bytes).expect("write to OUT_DIR");
+        let wasm = target_dir.join("wasm32-unknown-unknown/release").join(format!("{file}.wasm"));
+        let bytes = if built { std::fs::read(&wasm).expect("the nested build wrote the module") } else { Vec::new() };
+        std::fs::write(out.join(format!("{file}.wasm")), bytes).expect("write to OUT_DIR");
     }
-    adversarial(&root, &target_dir, &out);
+    adversarial(&root, &target_dir, &out, skip);
+}
+
+/// `cargo build --release --target wasm32-unknown-unknown` in `root`,
+/// into `target_dir`, without the outer build's wrappers and flags.
+fn wasm_build(root: &Path, target_dir: &Path) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--config", "profile.release.debug=0"])
+        .arg("--target-dir")
+        .arg(target_dir);
+    for var in OUTER_ENV {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Runs a nested wasm build; a failure stops the dataplane's build with
+/// what to do about it.
+fn run_or_fail(mut cmd: Command, what: &str) -> bool {
+    match cmd.status() {
+        Ok(s) if s.success() => true,
+        other => panic!(
+            "building {what} for wasm32-unknown-unknown failed ({other:?}). Is the target installed? \
+             `rustup target add wasm32-unknown-unknown` (or set PERF_NO_WASM_POLICIES=1 to build without \
+             the wasm policy modules)"
+        ),
+    }
 }
 
 /// Builds the hostile policies of `policies/adversarial` (one example per
@@ -76,33 +95,23 @@ fn main() {
 /// the crate where (`PERF_ADVERSARIAL_DIR`, see
 /// `policy::wasm::adversarial`). They are written to disk, not embedded:
 /// only the tests use them.
-fn adversarial(root: &std::path::Path, target_dir: &std::path::Path, out: &std::path::Path) {
+fn adversarial(root: &Path, target_dir: &Path, out: &Path, skip: bool) {
     let dir = out.join("adversarial");
     std::fs::create_dir_all(&dir).expect("create OUT_DIR/adversarial");
     println!("cargo:rustc-env=PERF_ADVERSARIAL_DIR={}", dir.display());
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(root)
-        .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--config", "profile.release.debug=0"])
-        .args(["-p", "perf-policy-adversarial", "--examples", "--target-dir"])
-        .arg(target_dir);
-    for var in ["RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CLIPPY_ARGS"] {
-        cmd.env_remove(var);
-    }
-    for var in ["CARGO_BUILD_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "CARGO_PRIMARY_PACKAGE"] {
-        cmd.env_remove(var);
-    }
-    if !matches!(cmd.status(), Ok(s) if s.success()) {
-        println!("cargo:warning=building policies/adversarial for wasm32 failed; the hostile-policy tests will fail");
+    if skip {
         return;
     }
+    let mut cmd = wasm_build(root, target_dir);
+    cmd.args(["-p", "perf-policy-adversarial", "--examples"]);
+    run_or_fail(cmd, "policies/adversarial");
     let built = target_dir.join("wasm32-unknown-unknown/release/examples");
-    let Ok(entries) = std::fs::read_dir(&built) else { return };
+    let entries = std::fs::read_dir(&built).expect("the nested build wrote its examples");
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         // Skip cargo's hashed copies (`name-0123abcd.wasm`).
         if name.ends_with(".wasm") && !name.contains('-') {
-            let _ = std::fs::copy(e.path(), dir.join(&name));
+            std::fs::copy(e.path(), dir.join(&name)).expect("copy a hostile module into OUT_DIR");
         }
     }
 }
