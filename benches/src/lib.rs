@@ -4,6 +4,7 @@
 //! regression guard reads ([`results`]); and one bulk tenant over the
 //! simulated pair for the single-tenant benches ([`bulk`]).
 
+pub mod alloc;
 pub mod bulk;
 pub mod load;
 pub mod null_rnic;
