@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod bulk;
+pub mod interrupt;
 pub mod load;
 pub mod null_rnic;
 pub mod results;
