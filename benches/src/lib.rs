@@ -6,9 +6,11 @@
 
 pub mod alloc;
 pub mod bulk;
+pub mod guard;
 pub mod interrupt;
 pub mod load;
 pub mod null_rnic;
+pub mod plot;
 pub mod results;
 
 pub use bulk::{bulk_tenant, BulkTenant};
