@@ -43,68 +43,87 @@ fn stats() -> Vec<TenantStats> {
         .collect()
 }
 
-/// Median ns per call of `f` over 5 runs of `n` calls.
+/// Runs of each measurement; the subjects are measured in turn within each
+/// run, so that a change in the machine's load hits all of them alike.
+const RUNS: usize = 11;
+
+/// ns per call of `f` over `n` calls.
 fn time(n: u32, mut f: impl FnMut(u32)) -> f64 {
-    let mut runs: Vec<f64> = (0..5)
-        .map(|_| {
-            let t0 = Instant::now();
-            for i in 0..n {
-                f(i);
-            }
-            t0.elapsed().as_nanos() as f64 / n as f64
-        })
-        .collect();
-    perf_benches::median(&mut runs)
+    let t0 = Instant::now();
+    for i in 0..n {
+        f(i);
+    }
+    t0.elapsed().as_nanos() as f64 / n as f64
 }
 
-/// ns per call of each hook, in the order of [`HOOKS`].
-type HookCosts = [f64; 4];
 /// The hooks measured.
 const HOOKS: [&str; 4] = ["on_tick64", "on_request", "on_tenant", "tick_interval"];
 
-fn native_costs(n: u32, s: &[TenantStats], req: &RequestInfo) -> HookCosts {
-    let mut p = Perf::default();
-    let mut plans = vec![TenantPlan::PASSTHROUGH; s.len()];
-    let tick = time(n, |i| p.on_tick(i as u64, s, &mut plans));
-    let plan = plans[0];
-    let request = time(n, |_| {
-        std::hint::black_box(p.on_request(req, &plan));
-    });
-    let tenant = time(n, |i| p.on_tenant(&TenantInfo { tenant: i % 64, qps: 4, weight: 1 }));
-    let interval = time(n, |_| {
-        std::hint::black_box(p.tick_interval_ns());
-    });
-    [tick, request, tenant, interval]
+/// The `perf` policy, native or in the sandbox, with its plans.
+enum Subject {
+    Native(Box<Perf>),
+    Wasm(Box<WasmPolicy>),
 }
 
-fn wasm_costs(n: u32, s: &[TenantStats], req: &RequestInfo, interruption: Interruption) -> HookCosts {
-    let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
-    let limits = WasmLimits { interruption, ..WasmLimits::default() };
-    let mut w = WasmPolicy::from_bytes(bytes, limits).expect("perf.wasm loads");
-    let mut plans = vec![TenantPlan::PASSTHROUGH; s.len()];
-    let tick = time(n, |i| w.on_tick(i as u64, s, &mut plans).expect("on_tick"));
-    let plan = plans[0];
-    let request = time(n, |_| {
-        std::hint::black_box(w.on_request(req, &plan).expect("on_request"));
-    });
-    let tenant = time(n, |i| w.on_tenant(&TenantInfo { tenant: i % 64, qps: 4, weight: 1 }).expect("on_tenant"));
-    let interval = time(n, |_| {
-        std::hint::black_box(w.tick_interval_ns().expect("tick_interval_ns"));
-    });
-    [tick, request, tenant, interval]
+impl Subject {
+    fn wasm(interruption: Interruption) -> Self {
+        let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
+        let limits = WasmLimits { interruption, ..WasmLimits::default() };
+        Subject::Wasm(Box::new(WasmPolicy::from_bytes(bytes, limits).expect("perf.wasm loads")))
+    }
+
+    /// One call of hook `h` (an index into [`HOOKS`]).
+    fn call(&mut self, h: usize, i: u32, s: &[TenantStats], plans: &mut [TenantPlan], req: &RequestInfo) {
+        let t = TenantInfo { tenant: i % 64, qps: 4, weight: 1 };
+        match (self, h) {
+            (Subject::Native(p), 0) => p.on_tick(i as u64, s, plans),
+            (Subject::Native(p), 1) => {
+                std::hint::black_box(p.on_request(req, &plans[0]));
+            }
+            (Subject::Native(p), 2) => p.on_tenant(&t),
+            (Subject::Native(p), _) => {
+                std::hint::black_box(p.tick_interval_ns());
+            }
+            (Subject::Wasm(w), 0) => w.on_tick(i as u64, s, plans).expect("on_tick"),
+            (Subject::Wasm(w), 1) => {
+                std::hint::black_box(w.on_request(req, &plans[0]).expect("on_request"));
+            }
+            (Subject::Wasm(w), 2) => w.on_tenant(&t).expect("on_tenant"),
+            (Subject::Wasm(w), _) => {
+                std::hint::black_box(w.tick_interval_ns().expect("tick_interval_ns"));
+            }
+        }
+    }
 }
 
 fn main() {
     let quick = perf_benches::quick();
-    let n = if quick { 2_000 } else { 50_000 };
+    let n = if quick { 500 } else { 20_000 };
     let mut rec = Recorder::new("policy_round");
     let s = stats();
     let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
 
-    println!("policy cost, perf policy: median ns per call (5 runs of {n} calls)");
-    let native = native_costs(n, &s, &req);
-    let epoch = wasm_costs(n, &s, &req, Interruption::Epoch(Duration::from_millis(50)));
-    let fuel = wasm_costs(n, &s, &req, Interruption::Fuel(u64::MAX / 2));
+    println!("policy cost, perf policy: median ns per call ({RUNS} runs of {n} calls, the three measured in turn)");
+    let mut subjects = [
+        Subject::Native(Box::default()),
+        Subject::wasm(Interruption::Epoch(Duration::from_millis(50))),
+        Subject::wasm(Interruption::Fuel(u64::MAX / 2)),
+    ];
+    let mut plans: Vec<Vec<TenantPlan>> = (0..3).map(|_| vec![TenantPlan::PASSTHROUGH; s.len()]).collect();
+    let mut cost = [[0.0f64; 4]; 3];
+    for (h, _) in HOOKS.iter().enumerate() {
+        let mut samples: [Vec<f64>; 3] = Default::default();
+        for _ in 0..RUNS {
+            for (k, sub) in subjects.iter_mut().enumerate() {
+                let p = &mut plans[k];
+                samples[k].push(time(n, |i| sub.call(h, i, &s, p, &req)));
+            }
+        }
+        for k in 0..3 {
+            cost[k][h] = perf_benches::median(&mut samples[k]);
+        }
+    }
+    let [native, epoch, fuel] = cost;
     println!(
         "  {:<14} {:>10} {:>10} {:>10} {:>12} {:>11}",
         "hook", "native", "wasm/epoch", "wasm/fuel", "epoch/native", "fuel/native"
@@ -127,19 +146,30 @@ fn main() {
 
     // The mechanisms alone, on a trivial module.
     let iters = 10_000;
-    let calls = if quick { 2_000 } else { 50_000 };
-    let spins = if quick { 20 } else { 500 };
+    let calls = if quick { 500 } else { 20_000 };
+    let spins = if quick { 5 } else { 100 };
     println!("interruption alone (spin module): per call (spin(0)), per loop iteration (spin({iters}))");
+    let bounds = [Bound::None, Bound::Epoch, Bound::Fuel];
+    let mut spinners: Vec<Spinner> =
+        bounds.iter().map(|&b| Spinner::new(b).expect("the spin module compiles")).collect();
+    let (mut calls_ns, mut iters_ns): ([Vec<f64>; 3], [Vec<f64>; 3]) = Default::default();
+    for _ in 0..RUNS {
+        for (k, sp) in spinners.iter_mut().enumerate() {
+            calls_ns[k].push(time(calls, |_| {
+                std::hint::black_box(sp.call(0).expect("spin"));
+            }));
+            iters_ns[k].push(
+                time(spins, |_| {
+                    std::hint::black_box(sp.call(iters).expect("spin"));
+                }) / iters as f64,
+            );
+        }
+    }
     let mut per_call = [0.0; 3];
     let mut per_iter = [0.0; 3];
-    for (k, b) in [Bound::None, Bound::Epoch, Bound::Fuel].into_iter().enumerate() {
-        let mut sp = Spinner::new(b).expect("the spin module compiles");
-        per_call[k] = time(calls, |_| {
-            std::hint::black_box(sp.call(0).expect("spin"));
-        });
-        per_iter[k] = time(spins, |_| {
-            std::hint::black_box(sp.call(iters).expect("spin"));
-        }) / iters as f64;
+    for (k, b) in bounds.into_iter().enumerate() {
+        per_call[k] = perf_benches::median(&mut calls_ns[k]);
+        per_iter[k] = perf_benches::median(&mut iters_ns[k]);
         println!("  {:<6} {:>7.1} ns per call, {:>6.3} ns per iteration", b.label(), per_call[k], per_iter[k]);
         rec.figure(&format!("interrupt/{}/ns_per_call", b.label()), per_call[k], "ns");
         rec.figure(&format!("interrupt/{}/ns_per_iteration", b.label()), per_iter[k], "ns");

@@ -11,7 +11,8 @@
 //! dataplane refuses it, the reason is recorded.
 //!
 //! `cargo bench -p perf-benches --bench scale`; `PERF_BENCH_QUICK=1` runs
-//! each cell once, briefly. `bench-report` plots the curve from the record.
+//! each cell once, briefly. Each cell is the median of 5 runs, the cells
+//! measured in turn within a run. `bench-report` plots the curve.
 
 use std::time::Duration;
 
@@ -31,22 +32,17 @@ pub const QPS: [u32; 4] = [1, 2, 4, 8];
 const MSG: u32 = 1 << 20;
 const DEPTH: u32 = 2;
 
-/// Median (by ns per round) of `runs` drives of `shape` under `policy`.
-fn measure(
-    policy: &str,
-    shape: LoadShape,
-    runs: usize,
-    warmup: Duration,
-    budget: Duration,
-) -> Result<DriveSample, String> {
-    let mut samples = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let host = PolicyHost::load(policy).map_err(|e| e.to_string())?;
-        let mut load = Load::new(NullRnic::new(), host, shape).map_err(|e| e.to_string())?;
-        samples.push(load.drive(warmup, budget).map_err(|e| e.to_string())?);
-    }
-    samples.sort_by(|a, b| a.ns_per_round().total_cmp(&b.ns_per_round()));
-    Ok(samples[samples.len() / 2])
+/// One drive of `shape` under `policy`.
+fn measure(policy: &str, shape: LoadShape, warmup: Duration, budget: Duration) -> Result<DriveSample, String> {
+    let host = PolicyHost::load(policy).map_err(|e| e.to_string())?;
+    let mut load = Load::new(NullRnic::new(), host, shape).map_err(|e| e.to_string())?;
+    load.drive(warmup, budget).map_err(|e| e.to_string())
+}
+
+/// The sample with the median ns per round.
+fn median_sample(mut v: Vec<DriveSample>) -> DriveSample {
+    v.sort_by(|a, b| a.ns_per_round().total_cmp(&b.ns_per_round()));
+    v[v.len() / 2]
 }
 
 fn main() {
@@ -54,45 +50,59 @@ fn main() {
     let (runs, warmup, budget) = if quick {
         (1, Duration::from_millis(5), Duration::from_millis(20))
     } else {
-        (3, Duration::from_millis(40), Duration::from_millis(200))
+        (5, Duration::from_millis(40), Duration::from_millis(150))
     };
     let mut rec = Recorder::new("scale");
     println!(
         "scale: null RNIC, {MSG} B WRITEs x {DEPTH} outstanding per QP + one M tenant, {} ms per run, median of {runs}",
         budget.as_millis()
     );
-    for (label, policy) in POLICIES {
-        for t in TENANTS {
-            for q in QPS {
-                let shape = LoadShape {
-                    tenants: t,
-                    qps: q,
-                    depth: DEPTH,
-                    msg: MSG,
-                    sensitive: Sensitive::Message,
-                    sq_depth: Some(1024),
-                };
-                let key = format!("scale/{label}/{t}x{q}");
-                match measure(policy, shape, runs, warmup, budget) {
-                    Ok(m) => {
-                        println!(
-                            "  {label:<12} {t:>5} tenants x {q} QPs: {:>9.0} ns/round {:>6.1} ns/WQE {:>7.2} M WQEs/s ({} rounds, {} WQEs, {} zero-weight)",
-                            m.ns_per_round(),
-                            m.ns_per_wqe(),
-                            m.wqes_per_s() / 1e6,
-                            m.rounds,
-                            m.wqes,
-                            m.zero_weight
-                        );
-                        rec.figure(&format!("{key}/ns_per_round"), m.ns_per_round(), "ns");
-                        rec.figure(&format!("{key}/ns_per_wqe"), m.ns_per_wqe(), "ns");
-                        rec.figure(&format!("{key}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
-                    }
-                    Err(e) => {
-                        println!("  {label:<12} {t:>5} tenants x {q} QPs: refused: {e}");
-                        rec.note(&format!("{key}/refused"), &e);
-                    }
+    // Every run measures each cell once, in turn, so that a change in the
+    // machine's load spreads over all cells instead of skewing a few.
+    let cells: Vec<(&str, &str, u32, u32)> = POLICIES
+        .iter()
+        .flat_map(|&(label, policy)| TENANTS.iter().flat_map(move |&t| QPS.iter().map(move |&q| (label, policy, t, q))))
+        .collect();
+    let shape = |t, q| LoadShape {
+        tenants: t,
+        qps: q,
+        depth: DEPTH,
+        msg: MSG,
+        sensitive: Sensitive::Message,
+        sq_depth: Some(1024),
+    };
+    let mut samples: Vec<Result<Vec<DriveSample>, String>> = vec![Ok(Vec::new()); cells.len()];
+    for _ in 0..runs {
+        for (i, &(_, policy, t, q)) in cells.iter().enumerate() {
+            if let Ok(v) = &mut samples[i] {
+                match measure(policy, shape(t, q), warmup, budget) {
+                    Ok(m) => v.push(m),
+                    Err(e) => samples[i] = Err(e),
                 }
+            }
+        }
+    }
+    for (&(label, _, t, q), result) in cells.iter().zip(samples) {
+        let key = format!("scale/{label}/{t}x{q}");
+        match result {
+            Ok(v) => {
+                let m = median_sample(v);
+                println!(
+                    "  {label:<12} {t:>5} tenants x {q} QPs: {:>9.0} ns/round {:>6.1} ns/WQE {:>7.2} M WQEs/s ({} rounds, {} WQEs, {} zero-weight)",
+                    m.ns_per_round(),
+                    m.ns_per_wqe(),
+                    m.wqes_per_s() / 1e6,
+                    m.rounds,
+                    m.wqes,
+                    m.zero_weight
+                );
+                rec.figure(&format!("{key}/ns_per_round"), m.ns_per_round(), "ns");
+                rec.figure(&format!("{key}/ns_per_wqe"), m.ns_per_wqe(), "ns");
+                rec.figure(&format!("{key}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
+            }
+            Err(e) => {
+                println!("  {label:<12} {t:>5} tenants x {q} QPs: refused: {e}");
+                rec.note(&format!("{key}/refused"), &e);
             }
         }
     }
@@ -117,7 +127,7 @@ fn main() {
     // The paper's scale case, as the runner would set it up.
     let shape =
         LoadShape { tenants: 1000, qps: 8, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
-    match measure("wasm:perf", shape, 1, warmup, budget) {
+    match measure("wasm:perf", shape, warmup, budget) {
         Ok(m) => {
             println!(
                 "scale case (1000 B x 8 QPs + M, wasm perf): {:.0} ns/round, {:.1} ns/WQE, {:.2} M WQEs/s",

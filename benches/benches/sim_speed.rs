@@ -15,7 +15,7 @@
 //! `cargo build --release -p perf-runner`; `PERF_RUNNER=PATH` uses another),
 //! under `passthrough` and `perf`: simulated seconds (the run's
 //! `duration_ns` in its JSON report) per second of the process's wall time,
-//! median of 3 runs (1 in quick mode), and the WQEs the dataplane posted
+//! median of 5 runs (1 in quick mode), and the WQEs the dataplane posted
 //! per simulated second (what the loop must sustain to keep up in real
 //! time). A run that fails is recorded with its error.
 
@@ -97,7 +97,7 @@ fn main() {
     );
     rec.figure("sim/case4/m_events_per_wall_s", events_per_sim_s * median / 1e6, "M events/s");
 
-    runner_experiments(&mut rec, if quick { 1 } else { 3 });
+    runner_experiments(&mut rec, if quick { 1 } else { 5 });
     rec.save();
 }
 

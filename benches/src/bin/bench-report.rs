@@ -75,6 +75,13 @@ fn machine() -> (String, usize) {
     (model, cores)
 }
 
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`), if readable.
+fn load_average() -> Option<String> {
+    let l = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let v: Vec<&str> = l.split_whitespace().take(3).collect();
+    (v.len() == 3).then(|| v.join(", "))
+}
+
 /// `measured` against an aim: a check mark or the word "below".
 fn meets(ok: bool) -> &'static str {
     if ok {
@@ -95,12 +102,17 @@ fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut out = root.join("docs/performance.md");
     let mut plots = root.join("docs/plots");
+    let mut walls: Vec<(&str, f64)> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--out" => out = PathBuf::from(it.next().context("--out FILE")?),
             "--plots" => plots = PathBuf::from(it.next().context("--plots DIR")?),
-            _ => bail!("unknown argument {a:?} (usage: bench-report [--out FILE] [--plots DIR])"),
+            "--quick-wall-s" | "--full-wall-s" => {
+                let v: f64 = it.next().context("a number of seconds")?.parse().with_context(|| format!("{a}: not a number"))?;
+                walls.push((if a == "--quick-wall-s" { "quick" } else { "full" }, v));
+            }
+            _ => bail!("unknown argument {a:?} (usage: bench-report [--out FILE] [--plots DIR] [--quick-wall-s S] [--full-wall-s S])"),
         }
     }
     let dir = results_dir();
@@ -111,7 +123,7 @@ fn main() -> Result<()> {
     let run = Run::new(&records);
     std::fs::create_dir_all(&plots).with_context(|| format!("creating {}", plots.display()))?;
     let rel = pathdiff(&plots, out.parent().unwrap_or(Path::new(".")));
-    let md = render(&run, &records, &plots, &rel, &root)?;
+    let md = render(&run, &records, &plots, &rel, &root, &walls)?;
     std::fs::write(&out, md).with_context(|| format!("writing {}", out.display()))?;
     println!("wrote {} and plots in {}", out.display(), plots.display());
     Ok(())
@@ -123,7 +135,16 @@ fn pathdiff(to: &Path, from: &Path) -> String {
     to.strip_prefix(&from).map_or(to.display().to_string(), |p| p.display().to_string())
 }
 
-fn render(run: &Run, records: &BTreeMap<String, BenchRecord>, plots: &Path, rel: &str, root: &Path) -> Result<String> {
+/// Renders the page; `walls` are the measured wall times of the quick and
+/// full bench runs, when the generator timed them.
+fn render(
+    run: &Run,
+    records: &BTreeMap<String, BenchRecord>,
+    plots: &Path,
+    rel: &str,
+    root: &Path,
+    walls: &[(&str, f64)],
+) -> Result<String> {
     let (model, cores) = machine();
     let quick = perf_benches::quick();
     let mut gaps: Vec<Gap> = Vec::new();
@@ -136,9 +157,26 @@ fn render(run: &Run, records: &BTreeMap<String, BenchRecord>, plots: &Path, rel:
          `bench-report` on the records in `target/perf-bench/`); every number below comes from those \
          records. Machine: **{model}**, **{cores} cores** (shared with other jobs, so absolute times \
          are noisy: the guarded figures are ratios measured within one run). Mode: {}. Figures are \
-         medians of the runs each bench states.\n",
-        if quick { "quick (`PERF_BENCH_QUICK=1`: one short run per case; indicative only)" } else { "full" }
+         medians of the runs each bench states. Load average when the page was rendered, right after \
+         the runs (1, 5, 15 min): {}.\n",
+        if quick { "quick (`PERF_BENCH_QUICK=1`: one short run per case; indicative only)" } else { "full" },
+        load_average().unwrap_or_else(|| "unknown".into()),
     )?;
+
+    for (mode, secs) in walls {
+        let (cmd, limit) = if *mode == "quick" {
+            ("PERF_BENCH_QUICK=1 cargo bench -p perf-benches", 120.0)
+        } else {
+            ("cargo bench -p perf-benches", 600.0)
+        };
+        writeln!(w, "- `{cmd}` took {secs:.0} s on this machine (limit {limit:.0} s: {}).", meets(*secs < limit))?;
+        if *secs >= limit {
+            gaps.push(Gap { what: format!("`{cmd}`: {secs:.0} s"), why: "The machine was shared with other builds and runs during the measurement, or a bench's case grew. Closing it: shorten the slowest bench's runs (each bench prints its own timings)." });
+        }
+    }
+    if !walls.is_empty() {
+        writeln!(w)?;
+    }
 
     // 1. Dispatch.
     writeln!(w, "## 1. Dispatch rate\n\n`cargo bench -p perf-benches --bench dispatch`\n")?;
