@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates docs/performance.md and its plots (docs/plots/scale-*.svg,
-# docs/plots/sim-speed.svg): builds the runner (the simulator-speed bench
+# Regenerates docs/performance.md and its plots (docs/plots/performance/scale-*.svg,
+# docs/plots/performance/sim-speed.svg): builds the runner (the simulator-speed bench
 # drives the paper's experiments through it), times the CI smoke mode
 # (`PERF_BENCH_QUICK=1 cargo bench -p perf-benches`), then runs every
 # benchmark of benches/ in full (`cargo bench -p perf-benches`, timed too),
@@ -18,7 +18,7 @@ t1=$(date +%s.%N)
 rm -rf target/perf-bench
 cargo bench -p perf-benches
 t2=$(date +%s.%N)
-cargo run --release -q -p perf-benches --bin bench-report -- --out docs/performance.md --plots docs/plots \
+cargo run --release -q -p perf-benches --bin bench-report -- --out docs/performance.md --plots docs/plots/performance \
     --quick-wall-s "$(echo "$t1 - $t0" | bc)" --full-wall-s "$(echo "$t2 - $t1" | bc)"
 # Which guarded ratios moved against benches/baseline.json (on the page
 # too; not a failure here).

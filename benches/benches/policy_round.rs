@@ -8,7 +8,7 @@
 //! And the cold load time of the module (compile + validate + init).
 //!
 //! `cargo bench -p perf-benches --bench policy_round`; `PERF_BENCH_QUICK=1`
-//! runs fewer calls.
+//! runs 11 runs instead of 201.
 
 use std::time::{Duration, Instant};
 
@@ -43,9 +43,17 @@ fn stats() -> Vec<TenantStats> {
         .collect()
 }
 
-/// Runs of each measurement; the subjects are measured in turn within each
-/// run, so that a change in the machine's load hits all of them alike.
-const RUNS: usize = 11;
+/// Runs of each measurement (short ones, of tens of microseconds, so that
+/// most escape preemption on a shared machine; the median is reported),
+/// the subjects measured in turn within each run, so that a change in the
+/// machine's load hits all of them alike.
+fn runs() -> usize {
+    if perf_benches::quick() {
+        11
+    } else {
+        201
+    }
+}
 
 /// ns per call of `f` over `n` calls.
 fn time(n: u32, mut f: impl FnMut(u32)) -> f64 {
@@ -97,13 +105,14 @@ impl Subject {
 }
 
 fn main() {
-    let quick = perf_benches::quick();
-    let n = if quick { 500 } else { 20_000 };
+    let runs = runs();
+    // Calls per run: about 50 us of wasm calls.
+    let calls_of = |h: usize| if h == 0 { 10 } else { 1_000 };
     let mut rec = Recorder::new("policy_round");
     let s = stats();
     let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
 
-    println!("policy cost, perf policy: median ns per call ({RUNS} runs of {n} calls, the three measured in turn)");
+    println!("policy cost, perf policy: median ns per call ({runs} runs of 10 on_tick / 1000 other calls, the three measured in turn)");
     let mut subjects = [
         Subject::Native(Box::default()),
         Subject::wasm(Interruption::Epoch(Duration::from_millis(50))),
@@ -113,10 +122,10 @@ fn main() {
     let mut cost = [[0.0f64; 4]; 3];
     for (h, _) in HOOKS.iter().enumerate() {
         let mut samples: [Vec<f64>; 3] = Default::default();
-        for _ in 0..RUNS {
+        for _ in 0..runs {
             for (k, sub) in subjects.iter_mut().enumerate() {
                 let p = &mut plans[k];
-                samples[k].push(time(n, |i| sub.call(h, i, &s, p, &req)));
+                samples[k].push(time(calls_of(h), |i| sub.call(h, i, &s, p, &req)));
             }
         }
         for k in 0..3 {
@@ -146,14 +155,13 @@ fn main() {
 
     // The mechanisms alone, on a trivial module.
     let iters = 10_000;
-    let calls = if quick { 500 } else { 20_000 };
-    let spins = if quick { 5 } else { 100 };
+    let (calls, spins) = (1_000, 5);
     println!("interruption alone (spin module): per call (spin(0)), per loop iteration (spin({iters}))");
     let bounds = [Bound::None, Bound::Epoch, Bound::Fuel];
     let mut spinners: Vec<Spinner> =
         bounds.iter().map(|&b| Spinner::new(b).expect("the spin module compiles")).collect();
     let (mut calls_ns, mut iters_ns): ([Vec<f64>; 3], [Vec<f64>; 3]) = Default::default();
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         for (k, sp) in spinners.iter_mut().enumerate() {
             calls_ns[k].push(time(calls, |_| {
                 std::hint::black_box(sp.call(0).expect("spin"));

@@ -1,5 +1,5 @@
 //! bench-report: renders `docs/performance.md` and its plots
-//! (`docs/plots/scale-*.svg`, `docs/plots/sim-speed.svg`) from the records
+//! (`docs/plots/performance/scale-*.svg`, `sim-speed.svg`) from the records
 //! of the last benchmark run (`target/perf-bench/*.json`) and the machine
 //! it ran on (`/proc/cpuinfo`). Every number on the page comes from a
 //! record; a figure a run could not produce is shown with the reason it
@@ -101,7 +101,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut out = root.join("docs/performance.md");
-    let mut plots = root.join("docs/plots");
+    let mut plots = root.join("docs/plots/performance");
     let mut walls: Vec<(&str, f64)> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
