@@ -94,7 +94,7 @@ fn meets(ok: bool) -> &'static str {
 /// A gap: a figure below its aim, why, and what would close it.
 struct Gap {
     what: String,
-    why: &'static str,
+    why: String,
 }
 
 fn main() -> Result<()> {
@@ -171,7 +171,7 @@ fn render(
         };
         writeln!(w, "- `{cmd}` took {secs:.0} s on this machine (limit {limit:.0} s: {}).", meets(*secs < limit))?;
         if *secs >= limit {
-            gaps.push(Gap { what: format!("`{cmd}`: {secs:.0} s"), why: "The machine was shared with other builds and runs during the measurement, or a bench's case grew. Closing it: shorten the slowest bench's runs (each bench prints its own timings)." });
+            gaps.push(Gap { what: format!("`{cmd}`: {secs:.0} s"), why: "The machine was shared with other builds and runs during the measurement, or a bench's case grew. Closing it: shorten the slowest bench's runs (each bench prints its own timings).".to_string() });
         }
     }
     if !walls.is_empty() {
@@ -195,7 +195,7 @@ fn render(
     if let Some(r) = wasm_rate {
         writeln!(w, "\nwasm `perf` over the null RNIC: {r:.2} M WQEs/s against the aim of 20 ({}) and the need of 12 ({}); wasm/native dispatch rate {}x, 16K+16zw/passthrough {}x.\n", meets(r >= 20.0), meets(r >= 12.0), run.show("null/wasm_over_native_rate", 2), run.show("null/zw_over_passthrough_rate", 2))?;
         if r < 20.0 {
-            gaps.push(Gap { what: format!("dispatch, wasm perf: {r:.2} M WQEs/s (aim 20)"), why: "Each round walks every tenant and QP and calls the policy through the sandbox; on a shared 2-core machine the loop also loses its core. Closing it: pin the loop to an isolated core, post longer post lists per doorbell, and move per-request policy calls (`on_request`) to per-tick plans." });
+            gaps.push(Gap { what: format!("dispatch, wasm perf: {r:.2} M WQEs/s (aim 20)"), why: "Each round walks every tenant and QP and calls the policy through the sandbox; on a shared 2-core machine the loop also loses its core. Closing it: pin the loop to an isolated core, post longer post lists per doorbell, and move per-request policy calls (`on_request`) to per-tick plans.".to_string() });
         }
     }
 
@@ -227,7 +227,7 @@ fn render(
             meets(r <= 1.5)
         )?;
         if t > 1.5 || r > 1.5 {
-            gaps.push(Gap { what: format!("policy cost, wasm/native: on_tick64 {t:.2}x, on_request {r:.2}x (aim 1.5x)"), why: "A wasm call has a fixed entry/exit cost (see the spin module's unbounded call below) that dwarfs hooks of a few native ns, and `on_tick` marshals every tenant's stats record into linear memory and decodes every plan back. Closing it: keep the stats table resident in the module's memory and write only records that changed, decode only plans that changed, and take `on_request` off the per-message path (split plans per tenant per tick, which the dataplane applies natively)." });
+            gaps.push(Gap { what: format!("policy cost, wasm/native: on_tick64 {t:.2}x, on_request {r:.2}x (aim 1.5x)"), why: format!("A wasm call has a fixed entry and exit cost (an empty call of the spin module, unbounded, costs {} ns) that dwarfs hooks of a few native ns,", run.show("interrupt/none/ns_per_call", 1)) + " and `on_tick` marshals every tenant's stats record into linear memory and decodes every plan back. Closing it: keep the stats table resident in the module's memory and write only records that changed, decode only plans that changed, and take `on_request` off the per-message path (split plans per tenant per tick, which the dataplane applies natively)." });
         }
     }
     writeln!(w, "The interruption mechanisms alone (`perf_benches::interrupt`: a hand-assembled module whose `spin(n)` loops `n` times, on engines with no bound, epoch deadlines, and fuel):\n")?;
@@ -308,7 +308,7 @@ fn render(
     writeln!(w, "![cost per round]({rel}/scale-round.svg)\n\n![cost per WQE]({rel}/scale-wqe.svg)\n")?;
     if let Some(g) = run.get("scale/perf-wasm/wqe_cost_1000x1_over_10x1") {
         if g > 2.0 {
-            gaps.push(Gap { what: format!("scale: wasm perf's cost per WQE grows {g:.2}x from 10 to 1000 tenants"), why: "Every round visits every tenant (draining its request channel, flushing completions) and the policy tick marshals every tenant's stats, whether or not the tenant has work. Closing it: a ready list of tenants with pending requests or completions, so a round costs in proportion to the active tenants, and the resident stats table of section 2." });
+            gaps.push(Gap { what: format!("scale: wasm perf's cost per WQE grows {g:.2}x from 10 to 1000 tenants"), why: "Every round visits every tenant (draining its request channel, flushing completions) and the policy tick marshals every tenant's stats, whether or not the tenant has work. Closing it: a ready list of tenants with pending requests or completions, so a round costs in proportion to the active tenants, and the resident stats table of section 2.".to_string() });
         }
     }
     writeln!(w, "### The paper's scale case: 1000 B tenants x 8 QPs + one M tenant\n")?;
@@ -318,13 +318,23 @@ fn render(
     let need = run.get("sim/exp6-10ms/perf/m_wqes_per_sim_s").map(|n| (n, "the scale case in the simulator")).or(run.get("sim/exp2/perf/m_wqes_per_sim_s").map(|n| (n, "experiment 2 in the simulator (B + M tenant at line rate under `perf`; a proxy: the scale case itself does not run)")));
     if let Some(n) = run.notes.get("scale_case/refused") {
         writeln!(w, "The dataplane **refuses** this case at setup: `{n}` (8001 data QPs; each data QP reserves its send-queue depth and 1024 receive slots in the two shared CQs of 2^20 entries, so at most 1024 data QPs fit whatever the send-queue depth).\n")?;
-        gaps.push(Gap { what: "scale case (1000 x 8 QPs + M): refused at setup".to_string(), why: "The shared send and receive CQs are fixed at 2^20 entries and every data QP reserves its full send-queue depth and 1024 receive slots in them, which caps data QPs at 1024. Closing it: size the shared CQs from the QP count (or shard them, one CQ per group of QPs), and give QPs that never receive a shallow receive queue; then rerun this bench and `perf-runner run runner/scenarios/paper/exp6.toml`." });
+        gaps.push(Gap { what: "scale case (1000 x 8 QPs + M): refused at setup".to_string(), why: "The shared send and receive CQs are fixed at 2^20 entries and every data QP reserves its full send-queue depth and 1024 receive slots in them, which caps data QPs at 1024. Closing it: size the shared CQs from the QP count (or shard them, one CQ per group of QPs), and give QPs that never receive a shallow receive queue; then rerun this bench and `perf-runner run runner/scenarios/paper/exp6.toml`.".to_string() });
     }
     if let (Some((c, cw)), Some((n, nw))) = (capacity, need) {
         let ratio = c / n;
-        writeln!(w, "Real time on one core: loop capacity {c:.2} M WQEs/s (wasm `perf`, null RNIC, {cw}) against a need of {n:.2} M WQEs per simulated second ({nw}): capacity / need = **{ratio:.2}x** ({}).\n", if ratio >= 1.0 { "keeps up" } else { "**does not keep up**" })?;
+        writeln!(w, "Real time on one core: loop capacity {c:.2} M WQEs/s (the rate the loop sustained with wasm `perf` over the null RNIC, {cw}) against a need of {n:.2} M WQEs per simulated second ({nw}): capacity / need = **{ratio:.2}x** ({}).\n", if ratio >= 1.0 { "keeps up" } else { "**does not keep up**" })?;
         if ratio < 1.0 {
-            gaps.push(Gap { what: format!("scale case real time: capacity / need {ratio:.2}x"), why: "At 1000 tenants the per-round walk over all tenants costs more than the WQEs it posts (section 3). Closing it: the ready list and resident stats table above; fewer zero-weight WRs per chunk when the link is shared by many bandwidth tenants." });
+            gaps.push(Gap { what: format!("scale case real time: capacity / need {ratio:.2}x"), why: {
+                let per_round = |cell: &str| {
+                    let k = format!("scale/perf-wasm/{cell}");
+                    run.get(&format!("{k}/ns_per_round")).zip(run.get(&format!("{k}/wqes_per_s"))).map(|(ns, r)| (ns / 1e3, r * 1e6 * ns / 1e9))
+                };
+                let detail = match (per_round("10x1"), per_round("1000x1")) {
+                    (Some((a, wa)), Some((b, wb))) => format!("A round costs {b:.0} us at 1000 tenants and posts {wb:.0} WQEs, against {a:.0} us and {wa:.0} WQEs at 10 tenants: the walk over every tenant dominates. "),
+                    _ => String::new(),
+                };
+                format!("{detail}Closing it: the ready list and resident stats table above, so that idle tenants cost nothing per round; and measuring the real scale case once the dataplane admits it.")
+            } });
         }
     }
 
@@ -359,7 +369,14 @@ fn render(
     }
     writeln!(w, "\nThe runner's start-up and set-up, in every run's wall time above (experiment 1 cut to 1 ms of virtual time): {} ms.", run.show("sim/runner_startup_ms", 1))?;
     if !slow.is_empty() {
-        gaps.push(Gap { what: format!("simulator below 10x real time: {}", slow.join(", ")), why: "Under `perf` the simulator executes every zero-weight WR and every 16 KiB chunk as its own events (tens of millions of WQEs per simulated second), and the runner's process start-up counts in these short runs. Closing it: batch runs of zero-weight WRs into one event in the model (they carry no payload), and longer runs to amortise start-up." });
+        gaps.push(Gap { what: format!("simulator below 10x real time: {}", slow.join(", ")), why: {
+                let (speed, events) = (run.get("sim/case4/sim_s_per_wall_s"), run.get("sim/case4/m_events_per_wall_s"));
+                let per_sim_s = match (speed, events) {
+                    (Some(sp), Some(ev)) if sp > 0.0 => format!("{:.2} M events per simulated second for the case-4 traffic alone and processes {ev:.2} M events per wall second here; ", ev / sp),
+                    _ => String::new(),
+                };
+                format!("The model needs {per_sim_s}under `perf` every 16 KiB chunk and every zero-weight WR is a WQE the model executes (the M WQEs per simulated second column), and each run's wall time includes the runner's start-up ({} ms). Closing it: fewer events per message in the model (one event for a run of packets of one message, and for a run of zero-weight WRs, which carry no payload), and an unshared machine.", run.show("sim/runner_startup_ms", 1))
+            } });
     }
     let cases: Vec<String> = SIM_CASES.iter().map(|c| c.to_string()).collect();
     let series: Vec<(String, Vec<Option<f64>>)> = ["passthrough", "perf"]
@@ -388,7 +405,7 @@ fn render(
             sw.map_or("-".into(), |v| meets(v < 100.0).to_string())
         )?;
         if m >= 100.0 {
-            gaps.push(Gap { what: format!("swap stall: max {m:.1} us (aim 100 us)"), why: "The swap round also runs the new policy's first tick and re-plans every QP; on a shared machine one preemption is enough. Closing it: defer the new policy's first tick to the next round and measure on an isolated core." });
+            gaps.push(Gap { what: format!("swap stall: max {m:.1} us (aim 100 us)"), why: "The swap round also runs the new policy's first tick and re-plans every QP; on a shared machine one preemption is enough. Closing it: defer the new policy's first tick to the next round and measure on an isolated core.".to_string() });
         }
     }
     writeln!(w, "Module load of `perf.wasm`: cold (compile + validate + instantiate + init) {} ms, from the module cache {} ms ({}x faster); loader `prepare` with 16 tenants x 4 QPs {} ms.\n", run.show("swap/load_cold_ms", 3), run.show("swap/load_cached_ms", 3), run.show("swap/load_cold_over_cached", 0), run.show("swap/loader_prepare_ms", 3))?;
@@ -411,7 +428,7 @@ fn render(
     {
         writeln!(w, "Per extra QP: {:.1} KB against the paper's 500 KB ({}). A tenant with its first QP: {:.1} KB, which is {} the paper's 500 KB per extra QP ({}).\n", q / 1e3, meets(q < 500e3), t / 1e3, if t < 500e3 { "below" } else { "above" }, meets(t < 500e3))?;
         if t >= 500e3 {
-            gaps.push(Gap { what: format!("memory per tenant: {:.0} KB", t / 1e3), why: "Each tenant's request and completion channels are bounded queues allocated whole at creation (`DataplaneConfig::request_queue` and `completion_queue`, 8192 entries each). Closing it: smaller defaults sized from the tenant's QPs x send-queue depth, or channels that grow on demand up to the bound." });
+            gaps.push(Gap { what: format!("memory per tenant: {:.0} KB", t / 1e3), why: "Each tenant's request and completion channels are bounded queues allocated whole at creation (`DataplaneConfig::request_queue` and `completion_queue`, 8192 entries each). Closing it: smaller defaults sized from the tenant's QPs x send-queue depth, or channels that grow on demand up to the bound.".to_string() });
         }
     }
 
