@@ -12,6 +12,15 @@ const SIZE: (u32, u32) = (960, 560);
 /// A named line: `(x, y)` points.
 pub type Series = (String, Vec<(f64, f64)>);
 
+/// Draws the legend of `chart`'s labelled series at `pos`.
+fn legend<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    pos: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(pos).draw()?;
+    Ok(())
+}
+
 /// Lowest and highest positive value of `v`, widened for margins.
 fn span(v: impl Iterator<Item = f64>) -> (f64, f64) {
     let (lo, hi) =
@@ -44,12 +53,7 @@ pub fn loglog(path: &Path, title: &str, (x_desc, y_desc): (&str, &str), series: 
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }
@@ -102,12 +106,7 @@ pub fn by_case(
             .label(name.as_str())
             .legend(move |(x, y)| Circle::new((x + 12, y), 5, color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
