@@ -12,6 +12,16 @@ const SIZE: (u32, u32) = (960, 560);
 /// A named line: `(x, y)` points.
 pub type Series = (String, Vec<(f64, f64)>);
 
+/// A chart builder on `root` with the title and the margins of every chart here.
+fn builder<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 22)).margin(16).x_label_area_size(50).y_label_area_size(80);
+    b
+}
+
 /// Draws the legend of `chart`'s labelled series at `pos`.
 fn legend<'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
@@ -38,12 +48,7 @@ pub fn loglog(path: &Path, title: &str, (x_desc, y_desc): (&str, &str), series: 
     let (yl, yh) = span(series.iter().flat_map(|s| s.1.iter().map(|p| p.1)));
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(80)
-        .build_cartesian_2d((xl..xh).log_scale(), (yl..yh).log_scale())?;
+    let mut chart = builder(&root, title).build_cartesian_2d((xl..xh).log_scale(), (yl..yh).log_scale())?;
     chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
@@ -73,12 +78,7 @@ pub fn by_case(
     let n = cases.len().max(1);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(80)
-        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, (yl..yh).log_scale())?;
+    let mut chart = builder(&root, title).build_cartesian_2d(-0.5f64..n as f64 - 0.5, (yl..yh).log_scale())?;
     let label = |x: &f64| {
         let i = x.round();
         if (x - i).abs() < 1e-6 && i >= 0.0 {
