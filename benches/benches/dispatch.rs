@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use perf_benches::load::{DriveSample, Load, LoadShape};
+use perf_benches::load::{DriveSample, Load, LoadShape, Sensitive};
 use perf_benches::null_rnic::NullRnic;
 use perf_benches::results::Recorder;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, WorkRequest};
@@ -246,7 +246,8 @@ fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
 /// 8 x 1 MB WRITEs outstanding, and for the policies that need one to
 /// split with zero-weight WRs, a delay-sensitive tenant beside it.
 fn null_run(policy: PolicyHost, with_delay_tenant: bool, budget: Duration) -> DriveSample {
-    let shape = LoadShape { tenants: 1, qps: 1, depth: DEPTH as u32, msg: MSG, with_delay_tenant };
+    let sensitive = if with_delay_tenant { Sensitive::Delay } else { Sensitive::None };
+    let shape = LoadShape { tenants: 1, qps: 1, depth: DEPTH as u32, msg: MSG, sensitive, sq_depth: None };
     let mut load = Load::new(NullRnic::new(), policy, shape).expect("null-NIC load");
     load.drive(budget / 4, budget).expect("drive")
 }

@@ -1,16 +1,22 @@
-//! Policy cost: one `perf` round (`on_tick` over 64 tenants) and one
-//! `on_request`, native vs the same code as a wasm module in the sandbox
-//! (epoch and fuel interruption), as ratios in one run; and the cold load
-//! time of the module (compile + validate + init).
+//! Policy cost: each hook of the `perf` policy, native vs the same code as
+//! a wasm module in the sandbox, under both of the host's interruption
+//! mechanisms (epoch deadline, fuel), as ratios measured in one run:
+//! `on_tick` over 64 tenants (one scheduling round), `on_request`,
+//! `on_tenant`, `tick_interval_ns`. Then the interruption mechanisms
+//! alone (`perf_benches::interrupt`): per-call and per-loop-iteration
+//! cost of a trivial module with no bound, an epoch deadline and fuel.
+//! And the cold load time of the module (compile + validate + init).
 //!
 //! `cargo bench -p perf-benches --bench policy_round`; `PERF_BENCH_QUICK=1`
-//! runs fewer rounds.
+//! runs 11 runs instead of 201.
 
 use std::time::{Duration, Instant};
 
+use perf_benches::interrupt::{Bound, Spinner};
+use perf_benches::results::Recorder;
 use perf_dataplane::policy::perf::Perf;
 use perf_dataplane::policy::wasm::{embedded, Interruption, WasmLimits, WasmPolicy};
-use perf_policy_sdk::{Policy, RequestInfo, RequestOp, TenantPlan, TenantStats};
+use perf_policy_sdk::{Policy, RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
 
 /// 64 tenants: a third bandwidth, a third delay-, a third message-sensitive.
 fn stats() -> Vec<TenantStats> {
@@ -37,52 +43,156 @@ fn stats() -> Vec<TenantStats> {
         .collect()
 }
 
-/// Median ns per call of `f` over 5 runs of `n` calls.
+/// Runs of each measurement (short ones, of tens of microseconds, so that
+/// most escape preemption on a shared machine; the median is reported),
+/// the subjects measured in turn within each run, so that a change in the
+/// machine's load hits all of them alike.
+fn runs() -> usize {
+    if perf_benches::quick() {
+        11
+    } else {
+        201
+    }
+}
+
+/// ns per call of `f` over `n` calls.
 fn time(n: u32, mut f: impl FnMut(u32)) -> f64 {
-    let mut runs: Vec<f64> = (0..5)
-        .map(|_| {
-            let t0 = Instant::now();
-            for i in 0..n {
-                f(i);
+    let t0 = Instant::now();
+    for i in 0..n {
+        f(i);
+    }
+    t0.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// The hooks measured.
+const HOOKS: [&str; 4] = ["on_tick64", "on_request", "on_tenant", "tick_interval"];
+
+/// The `perf` policy, native or in the sandbox, with its plans.
+enum Subject {
+    Native(Box<Perf>),
+    Wasm(Box<WasmPolicy>),
+}
+
+impl Subject {
+    fn wasm(interruption: Interruption) -> Self {
+        let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
+        let limits = WasmLimits { interruption, ..WasmLimits::default() };
+        Subject::Wasm(Box::new(WasmPolicy::from_bytes(bytes, limits).expect("perf.wasm loads")))
+    }
+
+    /// One call of hook `h` (an index into [`HOOKS`]).
+    fn call(&mut self, h: usize, i: u32, s: &[TenantStats], plans: &mut [TenantPlan], req: &RequestInfo) {
+        let t = TenantInfo { tenant: i % 64, qps: 4, weight: 1 };
+        match (self, h) {
+            (Subject::Native(p), 0) => p.on_tick(i as u64, s, plans),
+            (Subject::Native(p), 1) => {
+                std::hint::black_box(p.on_request(req, &plans[0]));
             }
-            t0.elapsed().as_nanos() as f64 / n as f64
-        })
-        .collect();
-    runs.sort_by(f64::total_cmp);
-    runs[2]
+            (Subject::Native(p), 2) => p.on_tenant(&t),
+            (Subject::Native(p), _) => {
+                std::hint::black_box(p.tick_interval_ns());
+            }
+            (Subject::Wasm(w), 0) => w.on_tick(i as u64, s, plans).expect("on_tick"),
+            (Subject::Wasm(w), 1) => {
+                std::hint::black_box(w.on_request(req, &plans[0]).expect("on_request"));
+            }
+            (Subject::Wasm(w), 2) => w.on_tenant(&t).expect("on_tenant"),
+            (Subject::Wasm(w), _) => {
+                std::hint::black_box(w.tick_interval_ns().expect("tick_interval_ns"));
+            }
+        }
+    }
 }
 
 fn main() {
-    let n = if std::env::var_os("PERF_BENCH_QUICK").is_some() { 2_000 } else { 50_000 };
-    let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
+    let runs = runs();
+    // Calls per run: about 50 us of wasm calls.
+    let calls_of = |h: usize| if h == 0 { 10 } else { 1_000 };
+    let mut rec = Recorder::new("policy_round");
     let s = stats();
     let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
 
-    let mut native = Perf::default();
-    let mut plans = vec![TenantPlan::PASSTHROUGH; s.len()];
-    let native_tick = time(n, |i| native.on_tick(i as u64, &s, &mut plans));
-    let plan = plans[0];
-    let native_req = time(n, |_| {
-        std::hint::black_box(native.on_request(&req, &plan));
-    });
-    println!("native: on_tick(64) {native_tick:.0} ns, on_request {native_req:.1} ns");
-
-    for (label, i) in
-        [("epoch", Interruption::Epoch(Duration::from_millis(50))), ("fuel", Interruption::Fuel(u64::MAX / 2))]
-    {
-        let limits = WasmLimits { interruption: i, ..WasmLimits::default() };
-        let mut w = WasmPolicy::from_bytes(bytes, limits).expect("perf.wasm loads");
-        let tick = time(n, |i| w.on_tick(i as u64, &s, &mut plans).expect("on_tick"));
-        let req_ns = time(n, |_| {
-            std::hint::black_box(w.on_request(&req, &plan).expect("on_request"));
-        });
-        println!(
-            "wasm ({label}): on_tick(64) {tick:.0} ns = {:.2}x native, on_request {req_ns:.1} ns = {:.2}x native",
-            tick / native_tick,
-            req_ns / native_req.max(0.1)
-        );
+    println!("policy cost, perf policy: median ns per call ({runs} runs of 10 on_tick / 1000 other calls, the three measured in turn)");
+    let mut subjects = [
+        Subject::Native(Box::default()),
+        Subject::wasm(Interruption::Epoch(Duration::from_millis(50))),
+        Subject::wasm(Interruption::Fuel(u64::MAX / 2)),
+    ];
+    let mut plans: Vec<Vec<TenantPlan>> = (0..3).map(|_| vec![TenantPlan::PASSTHROUGH; s.len()]).collect();
+    let mut cost = [[0.0f64; 4]; 3];
+    for (h, _) in HOOKS.iter().enumerate() {
+        let mut samples: [Vec<f64>; 3] = Default::default();
+        for _ in 0..runs {
+            for (k, sub) in subjects.iter_mut().enumerate() {
+                let p = &mut plans[k];
+                samples[k].push(time(calls_of(h), |i| sub.call(h, i, &s, p, &req)));
+            }
+        }
+        for k in 0..3 {
+            cost[k][h] = perf_benches::median(&mut samples[k]);
+        }
+    }
+    let [native, epoch, fuel] = cost;
+    println!(
+        "  {:<14} {:>10} {:>10} {:>10} {:>12} {:>11}",
+        "hook", "native", "wasm/epoch", "wasm/fuel", "epoch/native", "fuel/native"
+    );
+    for (i, hook) in HOOKS.iter().enumerate() {
+        let (nat, ep, fu) = (native[i].max(0.1), epoch[i], fuel[i]);
+        println!("  {hook:<14} {nat:>10.1} {ep:>10.1} {fu:>10.1} {:>11.2}x {:>10.2}x", ep / nat, fu / nat);
+        rec.figure(&format!("policy/{hook}/native_ns"), nat, "ns");
+        rec.figure(&format!("policy/{hook}/wasm_epoch_ns"), ep, "ns");
+        rec.figure(&format!("policy/{hook}/wasm_fuel_ns"), fu, "ns");
+        // Hooks that cost a few native ns give ratios too unstable to guard.
+        if nat >= 5.0 || *hook == "on_request" {
+            rec.ratio(&format!("policy/{hook}/wasm_epoch_over_native"), ep / nat);
+            rec.ratio(&format!("policy/{hook}/wasm_fuel_over_native"), fu / nat);
+        } else {
+            rec.figure(&format!("policy/{hook}/wasm_epoch_over_native"), ep / nat, "x");
+            rec.figure(&format!("policy/{hook}/wasm_fuel_over_native"), fu / nat, "x");
+        }
     }
 
+    // The mechanisms alone, on a trivial module.
+    let iters = 10_000;
+    let (calls, spins) = (1_000, 5);
+    println!("interruption alone (spin module): per call (spin(0)), per loop iteration (spin({iters}))");
+    let bounds = [Bound::None, Bound::Epoch, Bound::Fuel];
+    let mut spinners: Vec<Spinner> =
+        bounds.iter().map(|&b| Spinner::new(b).expect("the spin module compiles")).collect();
+    let (mut calls_ns, mut iters_ns): ([Vec<f64>; 3], [Vec<f64>; 3]) = Default::default();
+    for _ in 0..runs {
+        for (k, sp) in spinners.iter_mut().enumerate() {
+            calls_ns[k].push(time(calls, |_| {
+                std::hint::black_box(sp.call(0).expect("spin"));
+            }));
+            iters_ns[k].push(
+                time(spins, |_| {
+                    std::hint::black_box(sp.call(iters).expect("spin"));
+                }) / iters as f64,
+            );
+        }
+    }
+    let mut per_call = [0.0; 3];
+    let mut per_iter = [0.0; 3];
+    for (k, b) in bounds.into_iter().enumerate() {
+        per_call[k] = perf_benches::median(&mut calls_ns[k]);
+        per_iter[k] = perf_benches::median(&mut iters_ns[k]);
+        println!("  {:<6} {:>7.1} ns per call, {:>6.3} ns per iteration", b.label(), per_call[k], per_iter[k]);
+        rec.figure(&format!("interrupt/{}/ns_per_call", b.label()), per_call[k], "ns");
+        rec.figure(&format!("interrupt/{}/ns_per_iteration", b.label()), per_iter[k], "ns");
+    }
+    for (k, b) in [(1, "epoch"), (2, "fuel")] {
+        println!(
+            "  {b}: {:.2}x the unbounded call, {:.2}x the unbounded iteration",
+            per_call[k] / per_call[0],
+            per_iter[k] / per_iter[0]
+        );
+        rec.ratio(&format!("interrupt/{b}_over_none_per_call"), per_call[k] / per_call[0]);
+        rec.ratio(&format!("interrupt/{b}_over_none_per_iteration"), per_iter[k] / per_iter[0]);
+    }
+
+    let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
     let mut loads: Vec<f64> = (0..5)
         .map(|_| {
             let t0 = Instant::now();
@@ -90,6 +200,8 @@ fn main() {
             t0.elapsed().as_secs_f64() * 1e3
         })
         .collect();
-    loads.sort_by(f64::total_cmp);
-    println!("load perf.wasm cold (compile + validate + init, {} B): median {:.2} ms", bytes.len(), loads[2]);
+    let load = perf_benches::median(&mut loads);
+    println!("load perf.wasm cold (compile + validate + init, {} B): median {load:.2} ms", bytes.len());
+    rec.figure("policy/load_cold_ms", load, "ms");
+    rec.save();
 }

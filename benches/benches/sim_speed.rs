@@ -8,8 +8,22 @@
 //! short run instead. Events per second come from one extra run of the
 //! same traffic built by hand (the calibration helper does not expose its
 //! fabric); that run is checked to reproduce the helper's latencies exactly.
+//!
+//! Then the paper's experiments 1 to 3 (`runner/scenarios/paper/exp1`,
+//! `exp2`, `exp3-q*`) and the scale case (`exp6`, cut to 10 ms of virtual
+//! time) through the `perf-runner` binary (built first with
+//! `cargo build --release -p perf-runner`; `PERF_RUNNER=PATH` uses another),
+//! under `passthrough` and `perf`: simulated seconds (the run's
+//! `duration_ns` in its JSON report) per second of the process's wall time,
+//! median of 5 runs (1 in quick mode), and the WQEs the dataplane posted
+//! per simulated second (what the loop must sustain to keep up in real
+//! time). A run that fails is recorded with its error.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
+
+use perf_benches::results::{results_dir, Recorder};
 
 use perf_dataplane::perftest::bw::{BwClient, BwConfig};
 use perf_dataplane::perftest::calibrate::{lat_with_bulk, Durations, LatStats};
@@ -43,7 +57,8 @@ fn case4_events(profile: &RnicProfile, d: Durations) -> (u64, LatStats) {
 }
 
 fn main() {
-    let quick = std::env::var("PERF_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let quick = perf_benches::quick();
+    let mut rec = Recorder::new("sim_speed");
     let (runs, virtual_ms) = if quick { (1, 20) } else { (5, 200) };
     let profile = RnicProfile::cx6_100g();
     let d = Durations { warmup_ns: 2_000_000, window_ns: virtual_ms * 1_000_000 - 2_000_000 };
@@ -75,8 +90,144 @@ fn main() {
     assert_eq!(Some(lat), last, "the hand-built run must reproduce lat_with_bulk's traffic exactly");
     let events_per_sim_s = events as f64 / sim_s;
     println!("simulated seconds per wall second (median of {runs}): {median:.2}");
+    rec.figure("sim/case4/sim_s_per_wall_s", median, "x");
     println!(
         "events: {events} per {virtual_ms} ms simulated, {:.2} M events/s of wall time",
         events_per_sim_s * median / 1e6
     );
+    rec.figure("sim/case4/m_events_per_wall_s", events_per_sim_s * median / 1e6, "M events/s");
+
+    runner_experiments(&mut rec, if quick { 1 } else { 5 });
+    rec.save();
+}
+
+/// The workspace root.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The `perf-runner` binary: `$PERF_RUNNER`, or built with cargo into the
+/// workspace's release directory.
+fn runner_binary() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("PERF_RUNNER") {
+        return Ok(PathBuf::from(p));
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-q", "-p", "perf-runner"])
+        .current_dir(workspace())
+        .status()
+        .map_err(|e| format!("cargo build -p perf-runner: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build -p perf-runner: {status}"));
+    }
+    Ok(results_dir().join("../release/perf-runner"))
+}
+
+/// What one `perf-runner run` gave: simulated seconds, wall seconds, WQEs posted.
+fn runner_run(bin: &Path, scenario: &Path, policy: &str, json: &Path) -> Result<(f64, f64, f64), String> {
+    let t = Instant::now();
+    let out = Command::new(bin)
+        .arg("run")
+        .arg(scenario)
+        .args(["--policy", policy, "-Q", "--json"])
+        .arg(json)
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    let wall = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    let sim_ns = v["duration_ns"].as_f64().ok_or("no duration_ns in the report")?;
+    let wqes = v["dataplane"]["wqes_posted"].as_f64().ok_or("no dataplane.wqes_posted in the report")?;
+    Ok((sim_ns / 1e9, wall, wqes))
+}
+
+/// `src` with its `duration_ms` and `warmup_ms` replaced, written next to
+/// the records as `name`.
+fn cut_scenario(src: &Path, name: &str, duration_ms: u64, warmup_ms: u64) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
+    let cut: Vec<String> = text
+        .lines()
+        .map(|l| match l.split('=').next().map(str::trim) {
+            Some("duration_ms") => format!("duration_ms = {duration_ms}"),
+            Some("warmup_ms") => format!("warmup_ms = {warmup_ms}"),
+            _ => l.to_string(),
+        })
+        .collect();
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(name);
+    std::fs::write(&path, cut.join("\n")).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Experiments 1 to 3 and the scale case through the runner.
+fn runner_experiments(rec: &mut Recorder, runs: usize) {
+    let bin = match runner_binary() {
+        Ok(b) => b,
+        Err(e) => {
+            println!("paper experiments: no perf-runner: {e}");
+            rec.note("sim/runner", &e);
+            return;
+        }
+    };
+    let paper = workspace().join("runner/scenarios/paper");
+    let mut cases: Vec<(String, PathBuf)> = ["exp1", "exp2", "exp3-q1", "exp3-q2", "exp3-q5", "exp3-q10", "exp3-q20"]
+        .iter()
+        .map(|e| (e.to_string(), paper.join(format!("{e}.toml"))))
+        .collect();
+    match cut_scenario(&paper.join("exp6.toml"), "exp6-10ms.toml", 10, 2) {
+        Ok(p) => cases.push(("exp6-10ms".to_string(), p)),
+        Err(e) => rec.note("sim/exp6-10ms/refused", &e),
+    }
+    println!("paper experiments through {} (median of {runs}):", bin.display());
+    let json = results_dir().join("sim-speed-run.json");
+    // The runner's start-up and set-up, which every run's wall time includes:
+    // experiment 1 cut to 1 ms of virtual time.
+    let startup: Result<Vec<f64>, String> = cut_scenario(&paper.join("exp1.toml"), "exp1-1ms.toml", 1, 0)
+        .and_then(|p| (0..runs.max(3)).map(|_| runner_run(&bin, &p, "passthrough", &json).map(|r| r.1)).collect());
+    match startup {
+        Ok(mut v) => {
+            let ms = perf_benches::median(&mut v) * 1e3;
+            println!("  runner start-up and set-up (exp1 cut to 1 ms): {ms:.1} ms");
+            rec.figure("sim/runner_startup_ms", ms, "ms");
+        }
+        Err(e) => rec.note("sim/runner_startup/refused", &e),
+    }
+    for (name, path) in &cases {
+        for policy in ["passthrough", "perf"] {
+            let mut speeds = Vec::new();
+            let mut need = 0.0;
+            let mut error = None;
+            for _ in 0..runs {
+                match runner_run(&bin, path, policy, &json) {
+                    Ok((sim_s, wall, wqes)) => {
+                        speeds.push(sim_s / wall);
+                        need = wqes / sim_s;
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            let key = format!("sim/{name}/{policy}");
+            if let Some(e) = error {
+                println!("  {name:<10} {policy:<12} failed: {e}");
+                rec.note(&format!("{key}/refused"), &e);
+                continue;
+            }
+            let speed = perf_benches::median(&mut speeds);
+            println!(
+                "  {name:<10} {policy:<12} {speed:>8.2} simulated s per wall s, {:>7.2} M WQEs per simulated s",
+                need / 1e6
+            );
+            rec.figure(&format!("{key}/sim_s_per_wall_s"), speed, "x");
+            rec.figure(&format!("{key}/m_wqes_per_sim_s"), need / 1e6, "M WQEs/s");
+        }
+    }
+    let _ = std::fs::remove_file(&json);
 }

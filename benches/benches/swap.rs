@@ -16,6 +16,7 @@
 
 use std::time::{Duration, Instant};
 
+use perf_benches::results::Recorder;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, WorkRequest};
 use perf_dataplane::policy::cache::ModuleCache;
 use perf_dataplane::policy::loader::{prepare, LoadRequest, PolicySpec};
@@ -130,7 +131,8 @@ fn median_ms(n: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let quick = std::env::var_os("PERF_BENCH_QUICK").is_some();
+    let quick = perf_benches::quick();
+    let mut rec = Recorder::new("swap");
     let (swaps, loads) = if quick { (2, 1) } else { (40, 9) };
 
     let s = stall(swaps);
@@ -156,6 +158,14 @@ fn main() {
         pct(sw, 0.5) / pct(ot, 0.5)
     );
 
+    rec.figure("swap/swap_round_p50_us", pct(sw, 0.5) / 1e3, "us");
+    rec.figure("swap/swap_round_max_us", pct(sw, 1.0) / 1e3, "us");
+    rec.figure("swap/tick_round_p50_us", pct(tk, 0.5) / 1e3, "us");
+    rec.figure("swap/other_round_p50_us", pct(ot, 0.5) / 1e3, "us");
+    rec.figure("swap/other_round_p99_us", pct(ot, 0.99) / 1e3, "us");
+    rec.ratio("swap/swap_round_over_tick_round_p50", pct(sw, 0.5) / pct(tk, 0.5));
+    rec.ratio("swap/swap_round_over_other_round_p50", pct(sw, 0.5) / pct(ot, 0.5));
+
     let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
     let limits = WasmLimits::default();
     let cold = median_ms(loads, || {
@@ -177,4 +187,9 @@ fn main() {
     println!("  cold (compile + validate + instantiate + init): {cold:.3} ms");
     println!("  cached (instantiate + init): {cached:.3} ms = {:.0}x faster", cold / cached);
     println!("  loader prepare, cached, 16 tenants x 4 QPs initialised: {loader:.3} ms");
+    rec.figure("swap/load_cold_ms", cold, "ms");
+    rec.figure("swap/load_cached_ms", cached, "ms");
+    rec.figure("swap/loader_prepare_ms", loader, "ms");
+    rec.ratio("swap/load_cold_over_cached", cold / cached);
+    rec.save();
 }

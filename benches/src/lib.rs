@@ -1,12 +1,20 @@
 //! Shared pieces of the PeRF-rs benchmarks: a null RNIC that measures the
 //! dataplane loop alone ([`null_rnic`]), a synthetic multi-tenant load over
-//! any RNIC ([`load`]), and the record of each run's figures that the
-//! regression guard reads ([`results`]); and one bulk tenant over the
-//! simulated pair for the single-tenant benches ([`bulk`]).
+//! any RNIC ([`load`]), one bulk tenant over the simulated pair for the
+//! single-tenant benches ([`bulk`]), a counting allocator for the memory
+//! bench ([`alloc`]), wasmtime's interruption mechanisms alone
+//! ([`interrupt`]); the record of each run's figures ([`results`]), the
+//! regression guard's comparison against the checked-in baseline of ratios
+//! ([`guard`]), and the charts `bench-report` draws from the records
+//! ([`plot`]).
 
+pub mod alloc;
 pub mod bulk;
+pub mod guard;
+pub mod interrupt;
 pub mod load;
 pub mod null_rnic;
+pub mod plot;
 pub mod results;
 
 pub use bulk::{bulk_tenant, BulkTenant};

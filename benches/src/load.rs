@@ -1,9 +1,8 @@
 //! A synthetic tenant load for benchmarks over any [`Rnic`]: `tenants`
 //! bandwidth tenants with `qps` QPs each, every QP keeping `depth` WRITEs of
-//! `msg` bytes outstanding, plus optionally one delay-sensitive tenant (a
-//! 16 B WRITE, one at a time) so that PeRF-style policies insert
-//! zero-weight WRs. QPs are connected to themselves (loopback), which is
-//! all a null NIC needs.
+//! `msg` bytes outstanding, plus optionally one sensitive tenant (see
+//! [`Sensitive`]) so that PeRF-style policies insert zero-weight WRs. QPs
+//! are connected to themselves (loopback), which is all a null NIC needs.
 //!
 //! [`Load::drive`] plays the tenants and runs the loop for a wall-clock
 //! budget, timing only what happens inside [`Dataplane::round`].
@@ -25,8 +24,30 @@ pub struct LoadShape {
     pub depth: u32,
     /// Message size in bytes.
     pub msg: u32,
-    /// Add one delay-sensitive tenant (16 B ping, one at a time).
-    pub with_delay_tenant: bool,
+    /// The sensitive tenant beside the bandwidth tenants, if any.
+    pub sensitive: Sensitive,
+    /// Send-queue depth of each data QP (`None`: the dataplane's default).
+    /// The dataplane bounds QPs x depth by its shared CQs, so loads of
+    /// many QPs need a shallower queue.
+    pub sq_depth: Option<u32>,
+}
+
+/// A sensitive tenant added to a [`LoadShape`] (one QP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sensitive {
+    /// None.
+    None,
+    /// Delay-sensitive: a 16 B WRITE, one at a time (the paper's `D_App`).
+    Delay,
+    /// Message-rate-sensitive: 16 B WRITEs, 128 outstanding (the paper's `M_App`).
+    Message,
+}
+
+impl LoadShape {
+    /// All QPs of the load, the sensitive tenant's included.
+    pub fn total_qps(&self) -> u32 {
+        self.tenants * self.qps + u32::from(self.sensitive != Sensitive::None)
+    }
 }
 
 struct LoadTenant {
@@ -81,12 +102,17 @@ impl DriveSample {
 impl<R: Rnic> Load<R> {
     /// Builds the dataplane over `nic` under `policy` with the tenants of `shape`.
     pub fn new(nic: R, policy: PolicyHost, shape: LoadShape) -> Result<Self, RnicError> {
-        let cfg = DataplaneConfig::default();
+        let mut cfg = DataplaneConfig::default();
+        if let Some(d) = shape.sq_depth {
+            cfg.sq_depth = d;
+        }
         let mut dp = Dataplane::new(nic, policy, cfg)?;
         let mut tenants = Vec::new();
         let mut specs = vec![(shape.qps, shape.msg, shape.depth); shape.tenants as usize];
-        if shape.with_delay_tenant {
-            specs.push((1, 16, 1));
+        match shape.sensitive {
+            Sensitive::None => {}
+            Sensitive::Delay => specs.push((1, 16, 1)),
+            Sensitive::Message => specs.push((1, 16, 128)),
         }
         for (i, (qps, size, depth)) in specs.into_iter().enumerate() {
             let handle = dp.add_tenant(&format!("t{i}"), 1)?;

@@ -28,6 +28,10 @@ pub struct Figure {
 pub struct BenchRecord {
     /// Figures by name.
     pub figures: BTreeMap<String, Figure>,
+    /// Things a run could not measure and why (a refused setup, a missing
+    /// binary), by name.
+    #[serde(default)]
+    pub notes: BTreeMap<String, String>,
 }
 
 /// Collects a benchmark's figures and writes them at the end.
@@ -59,6 +63,16 @@ impl Recorder {
     /// Records a ratio measured within this run (guarded against the baseline).
     pub fn ratio(&mut self, name: &str, value: f64) {
         self.record.figures.insert(name.to_string(), Figure { value, unit: "x".to_string(), ratio: true });
+    }
+
+    /// Records why something could not be measured.
+    pub fn note(&mut self, name: &str, text: &str) {
+        self.record.notes.insert(name.to_string(), text.to_string());
+    }
+
+    /// A figure recorded so far.
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.record.figures.get(name).map(|f| f.value)
     }
 
     /// Writes `target/perf-bench/BENCH.json`; a failure to write is

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Regenerates docs/performance.md and its plots (docs/plots/performance/scale-*.svg,
+# docs/plots/performance/sim-speed.svg): builds the runner (the simulator-speed bench
+# drives the paper's experiments through it), times the CI smoke mode
+# (`PERF_BENCH_QUICK=1 cargo bench -p perf-benches`), then runs every
+# benchmark of benches/ in full (`cargo bench -p perf-benches`, timed too),
+# which write their figures to target/perf-bench/*.json, and renders the
+# page from those records with `bench-report`. Every number on the page
+# comes from this run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p perf-runner
+cargo bench -p perf-benches --no-run -q
+rm -rf target/perf-bench
+t0=$(date +%s.%N)
+PERF_BENCH_QUICK=1 cargo bench -q -p perf-benches >/dev/null
+t1=$(date +%s.%N)
+rm -rf target/perf-bench
+cargo bench -p perf-benches
+t2=$(date +%s.%N)
+cargo run --release -q -p perf-benches --bin bench-report -- --out docs/performance.md --plots docs/plots/performance \
+    --quick-wall-s "$(echo "$t1 - $t0" | bc)" --full-wall-s "$(echo "$t2 - $t1" | bc)"
+# Which guarded ratios moved against benches/baseline.json (on the page
+# too; not a failure here).
+cargo run --release -q -p perf-benches --bin bench-guard -- --report-only
