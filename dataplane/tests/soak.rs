@@ -9,16 +9,18 @@
 //! request at its first and last 8 bytes, compared there); the loop's
 //! counters agree. Each slot between two swaps is judged: a good policy is
 //! accepted and still runs at the end of its slot; a hostile one is
-//! refused, dropped for the fallback with the expected fault, reclaimed by
-//! the watchdog (`starve`), or kept with its decisions clamped
-//! (`zero_weight_max`), as [`hostile::ALL`] says.
+//! refused, dropped for the fallback with the expected fault, or, for the
+//! modules whose decisions are valid (`starve`, `zero_weight_max`), kept
+//! or reclaimed by the watchdog, as [`hostile::ALL`] says.
 //!
 //! - CI runs `soak_short` (205 ms of virtual time, a swap every 5 ms: every
 //!   hostile module once).
 //! - `soak_long` is `#[ignore]`d: `PERF_SOAK_SECONDS=600 cargo test
 //!   --release -p perf-dataplane --test soak -- --ignored --nocapture`
 //!   runs the ten simulated minutes (default 60 s), a swap every
-//!   simulated second.
+//!   simulated second, every hostile module but `zero_weight_max` (see
+//!   `soak_long`; `PERF_SOAK_HOSTILE=a,b,...` picks them). docs/security.md
+//!   quotes its summary.
 //!
 //! Both print a summary with the offered load of each traffic source and
 //! what it got, and the simulated seconds per wall second.
