@@ -14,7 +14,10 @@
 //!   every request it got in completes exactly once, and another tenant's
 //!   ping-pong latency under `perf` stays within 3x of the same tenant
 //!   alone (measured in the same test; without isolation the same flood
-//!   costs it more than 3x, so the bound has teeth).
+//!   costs it more than 3x, so the bound has teeth); in the window before
+//!   the policy has classified the flooder it stays within the NIC's own
+//!   round-robin bound (11x), and the window closes once what the flooder
+//!   posted before then has drained.
 
 mod common;
 
