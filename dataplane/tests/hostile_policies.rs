@@ -15,7 +15,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::wat::Wat;
+use common::hostile::Want;
 use common::*;
 use perf_dataplane::engine::{DataplaneConfig, SwapOutcome, SwapRecord};
 use perf_dataplane::policy::loader::PolicySpec;
@@ -24,11 +24,7 @@ use perf_dataplane::policy::ExitInfo;
 
 /// The bounds of these tests: 5 ms per call, 4 MiB of memory, 1 MiB of module.
 fn limits() -> WasmLimits {
-    WasmLimits {
-        interruption: Interruption::Epoch(Duration::from_millis(5)),
-        max_memory_bytes: 4 << 20,
-        max_module_bytes: 1 << 20,
-    }
+    hostile::limits(Interruption::Epoch(Duration::from_millis(5)))
 }
 
 /// 160 requests of two tenants (two QPs each) over four bursts 25 us
@@ -45,15 +41,6 @@ fn traffic() -> Vec<GenOp> {
         .collect()
 }
 
-/// What a hostile module should come to.
-#[derive(Debug)]
-enum Want {
-    /// Refused at the swap, the reason containing this text; `perf` stays.
-    Refused(&'static str),
-    /// Accepted, then dropped for passthrough: the fault and the hook.
-    Dropped(FaultKind, &'static str),
-}
-
 /// Runs the traffic under `perf`, swaps to `spec` at 10 us, and returns the
 /// swap record, the policy running at the end, and its exit records.
 fn swap_in(spec: PolicySpec, cfg: DataplaneConfig) -> (SwapRecord, String, Vec<ExitInfo>) {
@@ -66,10 +53,12 @@ fn swap_in(spec: PolicySpec, cfg: DataplaneConfig) -> (SwapRecord, String, Vec<E
     (rec, rig.dp.policy().name().to_string(), rig.dp.policy().exits().to_vec())
 }
 
-fn check(label: &str, spec: PolicySpec, want: Want) {
-    let (rec, running, exits) = swap_in(spec, DataplaneConfig::default());
+/// Swaps in the hostile module `label` and checks the outcome [`hostile::ALL`] gives it.
+fn check(label: &str) {
+    let h = hostile::by_label(label);
+    let (rec, running, exits) = swap_in(h.spec(), DataplaneConfig::default());
     assert_eq!(rec.from, "perf", "{label}");
-    match want {
+    match h.want {
         Want::Refused(why) => {
             match &rec.outcome {
                 SwapOutcome::Refused(r) => assert!(r.contains(why), "{label}: refused for {r:?}, wanted {why:?}"),
@@ -84,61 +73,37 @@ fn check(label: &str, spec: PolicySpec, want: Want) {
             assert_eq!((e.kind, e.hook, e.policy.as_str()), (kind, hook, "hostile"), "{label}: {e:?}");
             assert!(!e.message.is_empty());
         }
+        Want::Valid => panic!("{label}: a valid module has a test of its own"),
     }
 }
 
 #[test]
 fn loops_in_every_hook_are_interrupted() {
-    check("loop_init", adversarial::path("loop_init").into(), Want::Refused("perf_init"));
-    check("loop_tenant", adversarial::path("loop_tenant").into(), Want::Refused("on_tenant"));
-    check("loop_interval", adversarial::path("loop_interval").into(), Want::Refused("tick_interval_ns"));
-    check("loop_request", adversarial::path("loop_request").into(), Want::Dropped(FaultKind::Timeout, "on_request"));
-    check("loop_tick", adversarial::path("loop_tick").into(), Want::Dropped(FaultKind::Timeout, "on_tick"));
+    ["loop_init", "loop_tenant", "loop_interval", "loop_request", "loop_tick"].into_iter().for_each(check);
 }
 
 #[test]
 fn recursion_memory_growth_and_traps_are_contained() {
-    check("deep_recursion", adversarial::path("deep_recursion").into(), Want::Dropped(FaultKind::Trap, "on_tick"));
-    check("memory_growth", adversarial::path("memory_growth").into(), Want::Dropped(FaultKind::Trap, "on_tick"));
-    check("trap_init", adversarial::path("trap_init").into(), Want::Refused("unreachable"));
-    check("trap_tick", adversarial::path("trap_tick").into(), Want::Dropped(FaultKind::Trap, "on_tick"));
-    check(
-        "trap_nth_request",
-        adversarial::path("trap_nth_request").into(),
-        Want::Dropped(FaultKind::Trap, "on_request"),
-    );
+    ["deep_recursion", "memory_growth", "trap_init", "trap_tick", "trap_nth_request"].into_iter().for_each(check);
 }
 
 #[test]
 fn out_of_range_decisions_are_rejected() {
-    let invalid = |hook| Want::Dropped(FaultKind::InvalidDecision, hook);
-    check("tiny_chunk", adversarial::path("tiny_chunk").into(), invalid("on_request"));
-    check("huge_chunk", adversarial::path("huge_chunk").into(), invalid("on_request"));
-    check("zero_weight_flood", adversarial::path("zero_weight_flood").into(), invalid("on_request"));
-    check("zero_quantum", adversarial::path("zero_quantum").into(), invalid("on_tick"));
+    ["tiny_chunk", "huge_chunk", "zero_weight_flood", "zero_quantum"].into_iter().for_each(check);
 }
 
 #[test]
 fn malformed_modules_are_refused() {
-    let bytes = |label: &str, b: Vec<u8>| PolicySpec::Bytes { label: label.into(), bytes: b.into() };
-    let imports = "(import \"env\" \"sleep\" (func (param i32)))";
-    check("unknown import", bytes("import", Wat { imports, ..Wat::default() }.bytes()), Want::Refused("env.sleep"));
-    // Valid wasm, 2 MiB of data segment: over the 1 MiB module cap, refused
-    // before any compilation.
-    let huge = format!("(module (memory 64) (data (i32.const 0) \"{}\"))", "\\00".repeat(2 << 20));
-    let huge = ::wat::parse_str(&huge).expect("WAT");
-    check("huge module", bytes("huge", huge), Want::Refused("more than the 1048576-byte cap"));
-    // A memory of 64 MiB from the start: over the 4 MiB memory cap.
-    check(
-        "huge memory",
-        bytes("mem", Wat { memory_pages: 1024, ..Wat::default() }.bytes()),
-        Want::Refused("instantiation"),
-    );
-    // A file that is not wasm.
+    // An unknown import; valid wasm over the module cap; a memory over the
+    // memory cap; bytes that are not wasm.
+    ["unknown_import", "huge_module", "huge_memory", "not_wasm"].into_iter().for_each(check);
+    // A file that is not wasm, by path.
     let path = std::env::temp_dir().join(format!("perf-hostile-{}.wasm", std::process::id()));
     std::fs::write(&path, "#!/bin/sh\necho not a policy\n").expect("write temp file");
-    check("not wasm", path.clone().into(), Want::Refused("not a wasm module"));
+    let (rec, running, _) = swap_in(path.clone().into(), DataplaneConfig::default());
     let _ = std::fs::remove_file(path);
+    assert!(matches!(&rec.outcome, SwapOutcome::Refused(r) if r.contains("not a wasm module")), "{rec:?}");
+    assert_eq!(running, "perf");
 }
 
 /// Valid plans that pause a QP forever (one active QP per tenant, a quantum

@@ -154,6 +154,22 @@ fn a_paced_tenant_gets_its_rate_even_alone() {
     assert!(b.dp.counters().paced_holds > 0);
 }
 
+/// A paced tenant that goes quiet leaves no timer in the past: the debt
+/// it pays off with nothing to post is no wake-up (it was one, and a
+/// virtual-time driver then stepped one nanosecond at a time).
+#[test]
+fn a_paced_tenant_that_goes_quiet_leaves_no_timer_in_the_past() {
+    let mut b = Bench::new(PolicyHost::new(Box::new(Paced(Pacing::rate(1_000_000_000, 4096)))));
+    b.load("B", 65536, 4);
+    b.run_until(1_000_000);
+    assert!(b.dp.counters().paced_holds > 0);
+    b.loads[0].depth = 0;
+    b.run_until(2_000_000);
+    assert_eq!(b.loads[0].outstanding, 0);
+    let (timer, now) = (b.dp.next_timer_ns(), b.now_ns());
+    assert!(timer > now, "the loop's next timer, {timer} ns, is not after now, {now} ns");
+}
+
 #[test]
 fn a_paused_tenant_posts_nothing_until_resumed() {
     let paused = Pacing { paused: 1, ..Pacing::UNLIMITED };

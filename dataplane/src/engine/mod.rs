@@ -245,9 +245,13 @@ impl<R: Rnic> Dataplane<R> {
     /// also rescues stalled hand-offs, or the moment a paced tenant's
     /// token bucket allows its next data WQE), in ns of the NIC's clock. A
     /// virtual-time driver with no NIC event before then should still run
-    /// a round at that time.
+    /// a round at that time. A bucket whose debt is paid by now is not a
+    /// timer: its tenant has nothing waiting (a bucket is only refilled
+    /// when its tenant posts), and a past time would have such a driver
+    /// step one nanosecond at a time.
     pub fn next_timer_ns(&self) -> u64 {
-        let buckets = self.tenants.iter().filter_map(|t| t.bucket.ready_at());
+        let now = self.nic.clock_ns();
+        let buckets = self.tenants.iter().filter_map(|t| t.bucket.ready_at()).filter(|&at| at > now);
         buckets.fold(self.next_tick_ns, u64::min).min(self.sup.next_timer_ns(&self.cfg))
     }
 

@@ -8,6 +8,7 @@
 //! Each test file includes it with `mod common;` and uses what it needs.
 #![allow(dead_code, unused_imports)]
 
+pub mod hostile;
 pub mod wat;
 pub use std::collections::{HashMap, HashSet};
 

@@ -201,7 +201,8 @@ impl Perf {
         }
     }
 
-    /// Classifies a tenant from one tick of statistics (`None`: no traffic).
+    /// Classifies a tenant from one tick of statistics (`None`: no request
+    /// taken, nothing to go on).
     pub fn classify(&self, s: &TenantStats) -> Option<TenantClass> {
         let seen =
             Seen { max_depth: s.max_depth, max_msg: s.max_msg_bytes, ewma: s.ewma_msg_bytes, completed: s.completed };
@@ -209,7 +210,10 @@ impl Perf {
     }
 
     fn classify_seen(&self, s: &Seen) -> Option<TenantClass> {
-        if s.completed == 0 && s.max_msg == 0 {
+        // No request taken: no evidence of the tenant's message sizes (a
+        // bandwidth tenant whose queues are full shows only completions),
+        // so its class stays.
+        if s.max_msg == 0 {
             return None;
         }
         let p = &self.params;
@@ -442,6 +446,21 @@ mod tests {
         assert_eq!(plans[0].class, TenantClass::Bandwidth);
         let (plans, _) = tick(&mut p, 5_000_000, &[ping(0)]);
         assert_eq!(plans[0].class, TenantClass::DelaySensitive);
+    }
+
+    #[test]
+    fn a_period_with_completions_but_no_new_request_keeps_the_class() {
+        let mut p = Perf::default();
+        let (plans, _) = tick(&mut p, 0, &[bulk(0, 1)]);
+        assert_eq!(plans[0].class, TenantClass::Bandwidth);
+        // Its queues full, the flooder has no request taken for a whole
+        // period, only completions: no evidence, so it stays a bandwidth
+        // tenant (and its next messages are split).
+        let full = TenantStats { max_msg_bytes: 0, completed: 40, max_depth: 256, ..bulk(0, 1) };
+        let (plans, _) = tick(&mut p, 5_000_000, &[full]);
+        assert_eq!(plans[0].class, TenantClass::Bandwidth);
+        let (plans, _) = tick(&mut p, 10_000_000, &[full]);
+        assert_eq!(plans[0].class, TenantClass::Bandwidth);
     }
 
     #[test]

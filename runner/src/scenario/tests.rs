@@ -93,8 +93,13 @@ fn fragment() -> impl Strategy<Value = String> {
     ]
 }
 
+/// 400 cases in CI; `PROPTEST_CASES=N` runs longer (see docs/security.md).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     /// Whatever the text, parsing returns (no panic), and an error names
     /// the file, a line and column inside the text, and a key.
