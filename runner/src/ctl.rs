@@ -290,7 +290,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             // A file is named for the run, whose directory may differ.
             let p = Path::new(policy);
             let policy = if p.is_file() {
-                std::fs::canonicalize(p).with_context(|| format!("{policy}"))?.display().to_string()
+                std::fs::canonicalize(p).with_context(|| format!("resolving {policy}"))?.display().to_string()
             } else {
                 policy.clone()
             };
