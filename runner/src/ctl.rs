@@ -35,25 +35,29 @@ pub fn default_socket() -> PathBuf {
 /// prepared and applied.
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
 
-/// A request on the socket.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A request on the socket, and `ctl`'s subcommands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Subcommand)]
 #[serde(tag = "cmd", rename_all = "lowercase")]
 pub enum Request {
-    /// Hot-swap the policy (a built-in name, `wasm:NAME` or a `.wasm` path).
+    /// Hot-swaps the running policy: a `.wasm` file, `wasm:NAME` or a
+    /// built-in name. Prints what changed and when; a refused module
+    /// leaves the running policy in place, says why, and exits 1.
     Swap {
         /// The policy.
         policy: String,
     },
-    /// The run's state.
+    /// Prints the run's state: clock, policy, dataplane core busy
+    /// fraction and the policy's share, tenants, swaps so far.
     Stats,
-    /// Hold a tenant's requests.
+    /// Holds a tenant's requests in the dataplane (nothing of it is posted
+    /// until `resume`; what the NIC holds completes).
     Pause {
-        /// Its name (or id).
+        /// The tenant's name (or id).
         tenant: String,
     },
-    /// Release them.
+    /// Releases a paused tenant.
     Resume {
-        /// Its name (or id).
+        /// The tenant's name (or id).
         tenant: String,
     },
 }
@@ -240,33 +244,7 @@ pub struct Args {
     json: bool,
     /// What to do.
     #[command(subcommand)]
-    cmd: CtlCommand,
-}
-
-/// `ctl` subcommands.
-#[derive(clap::Subcommand)]
-enum CtlCommand {
-    /// Hot-swaps the running policy: a `.wasm` file, `wasm:NAME` or a
-    /// built-in name. Prints what changed and when; a refused module
-    /// leaves the running policy in place, says why, and exits 1.
-    Swap {
-        /// The policy.
-        policy: String,
-    },
-    /// Prints the run's state: clock, policy, dataplane core busy
-    /// fraction and the policy's share, tenants, swaps so far.
-    Stats,
-    /// Holds a tenant's requests in the dataplane (nothing of it is posted
-    /// until `resume`; what the NIC holds completes).
-    Pause {
-        /// The tenant's name (or id).
-        tenant: String,
-    },
-    /// Releases a paused tenant.
-    Resume {
-        /// The tenant's name (or id).
-        tenant: String,
-    },
+    cmd: Request,
 }
 
 /// Sends `req` to the socket at `path` and reads the answer.
@@ -285,20 +263,13 @@ pub fn call(path: &Path, req: &Request) -> anyhow::Result<Value> {
 /// Runs `ctl`.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let path = a.socket.clone().unwrap_or_else(default_socket);
-    let req = match &a.cmd {
-        CtlCommand::Swap { policy } => {
-            // A file is named for the run, whose directory may differ.
-            let p = Path::new(policy);
-            let policy = if p.is_file() {
-                std::fs::canonicalize(p).with_context(|| format!("resolving {policy}"))?.display().to_string()
-            } else {
-                policy.clone()
-            };
-            Request::Swap { policy }
+    let req = match a.cmd {
+        // A file is named for the run, whose directory may differ.
+        Request::Swap { policy } if Path::new(&policy).is_file() => {
+            let path = std::fs::canonicalize(&policy).with_context(|| format!("resolving {policy}"))?;
+            Request::Swap { policy: path.display().to_string() }
         }
-        CtlCommand::Stats => Request::Stats,
-        CtlCommand::Pause { tenant } => Request::Pause { tenant: tenant.clone() },
-        CtlCommand::Resume { tenant } => Request::Resume { tenant: tenant.clone() },
+        other => other,
     };
     let ans = call(&path, &req)?;
     if a.json {

@@ -58,13 +58,13 @@ fn default_core() -> Option<usize> {
 }
 
 /// A tenant's thread: polls its app until the end, then until nothing is
-/// in flight (or [`DRAIN`] has passed).
-fn tenant_thread(mut app: TenantApp, end_ns: u64) -> Result<TenantApp, AppError> {
+/// in flight (or [`DRAIN`] has passed, or the loop has died: `abort`).
+fn tenant_thread(mut app: TenantApp, end_ns: u64, abort: Arc<AtomicBool>) -> Result<TenantApp, AppError> {
     let give_up = end_ns + DRAIN.as_nanos() as u64;
     loop {
         let did = app.poll()?;
         let now = app.now_ns();
-        if (now >= end_ns && app.in_flight() == 0) || now >= give_up {
+        if (now >= end_ns && app.in_flight() == 0) || now >= give_up || abort.load(Ordering::Relaxed) {
             return Ok(app);
         }
         if !did {
@@ -141,13 +141,15 @@ pub fn run_realtime(
         None => None,
     };
     let names: Vec<String> = sc.tenants.iter().map(|t| t.name.clone()).collect();
+    let abort = Arc::new(AtomicBool::new(false));
     let tenant_threads: Vec<(String, JoinHandle<Result<TenantApp, AppError>>)> = tenants
         .into_iter()
         .zip(&names)
         .map(|(app, name)| {
+            let abort = abort.clone();
             let t = std::thread::Builder::new()
                 .name(format!("tenant-{name}"))
-                .spawn(move || tenant_thread(app, end_ns))
+                .spawn(move || tenant_thread(app, end_ns, abort))
                 .with_context(|| format!("starting tenant {name}'s thread"))?;
             Ok((name.clone(), t))
         })
@@ -179,7 +181,12 @@ pub fn run_realtime(
                 printed = s.swaps.len() as u64;
             }
         }
-        if now >= end_ns || dp_thread.is_finished() {
+        if dp_thread.is_finished() {
+            // The loop failed: its error is reported below.
+            abort.store(true, Ordering::Relaxed);
+            break;
+        }
+        if now >= end_ns {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));

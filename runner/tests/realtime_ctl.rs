@@ -175,3 +175,41 @@ fn plots_mark_policy_swaps() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `--watch FILE`: a change to the file is a swap attempt; here the file is
+/// not a module, so the swap is refused and the run goes on under its
+/// policy, and the report says so.
+#[test]
+fn a_watched_policy_file_that_changes_is_swapped_to() {
+    let d = scratch("watch");
+    let (sc, json, watched) = (d.join("sc.toml"), d.join("r.json"), d.join("p.wasm"));
+    std::fs::write(&sc, "duration_ms = 600\nwarmup_ms = 10\n[[tenant]]\nname = 'B'\nkind = 'bw'\nsize = 4096\n")
+        .expect("write");
+    std::fs::write(&watched, b"v1").expect("write");
+    let mut run = Std::new(assert_cmd::cargo::cargo_bin("perf-runner"))
+        .arg("run")
+        .arg(&sc)
+        .args(["--realtime", "--policy", "perf", "--quiet", "--watch"])
+        .arg(&watched)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run starts");
+    std::thread::sleep(Duration::from_millis(250));
+    std::fs::write(&watched, b"v2, still not a module").expect("rewrite");
+    let out = run.wait_with_output().expect("the run ends");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let swaps = r["policy_log"]["swaps"].as_array().expect("swaps");
+    assert!(
+        swaps
+            .iter()
+            .any(|s| s["to"].as_str().is_some_and(|t| t.ends_with("p.wasm")) && s["outcome"]["Refused"].is_string()),
+        "no swap to the watched file: {swaps:?}"
+    );
+    assert_eq!(r["policy"], "perf");
+    assert!(r["tenants"][0]["completed"].as_u64().is_some_and(|n| n > 0));
+    let _ = std::fs::remove_dir_all(&d);
+}
