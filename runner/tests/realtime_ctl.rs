@@ -186,7 +186,7 @@ fn a_watched_policy_file_that_changes_is_swapped_to() {
     std::fs::write(&sc, "duration_ms = 600\nwarmup_ms = 10\n[[tenant]]\nname = 'B'\nkind = 'bw'\nsize = 4096\n")
         .expect("write");
     std::fs::write(&watched, b"v1").expect("write");
-    let mut run = Std::new(assert_cmd::cargo::cargo_bin("perf-runner"))
+    let run = Std::new(assert_cmd::cargo::cargo_bin("perf-runner"))
         .arg("run")
         .arg(&sc)
         .args(["--realtime", "--policy", "perf", "--quiet", "--watch"])
