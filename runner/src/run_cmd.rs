@@ -1,5 +1,7 @@
 //! `perf-runner run`: one scenario on the simulated NIC through the
-//! dataplane, under a policy, in virtual time.
+//! dataplane, under a policy, in virtual time ([`wire`] builds a run,
+//! [`report`] sums it up; `--realtime` hands the wired run to
+//! [`crate::realtime`]).
 
 use std::path::PathBuf;
 
@@ -43,7 +45,8 @@ pub struct Args {
     /// Output files and terminal options.
     #[command(flatten)]
     out: OutputArgs,
-    /// Swap the policy at MS milliseconds of virtual time to POLICY (a
+    /// Swap the policy at MS milliseconds of the NIC's clock (virtual
+    /// time, or wall time with --realtime) to POLICY (a
     /// built-in name, `wasm:NAME` or a `.wasm` file); repeatable. The
     /// module is prepared off the loop at the start and installed at the
     /// first round at or after MS; the run prints each swap and its outcome.
