@@ -114,9 +114,9 @@ pub struct DataplaneCounters {
     /// Overruns of a shared CQ (a NIC fault: every data QP failed, the CQ
     /// was recreated).
     pub cq_overruns: u64,
-    /// Wall time spent in rounds that did work, ns (measured only when the
-    /// loop runs on its pinned thread, [`Dataplane::run_pinned`]; 0 in
-    /// virtual time).
+    /// Wall time spent in rounds that did work or called the policy, ns
+    /// (measured only when the loop runs on its pinned thread,
+    /// [`Dataplane::run_pinned`]; 0 in virtual time).
     pub busy_ns: u64,
     /// Wall time spent in the policy's hooks (`on_request`, `on_tick`,
     /// `on_pacing`), ns; measured like `busy_ns`, and part of it.

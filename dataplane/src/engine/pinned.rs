@@ -20,7 +20,8 @@ pub struct PinReport {
     pub pinned: bool,
     /// Rounds run.
     pub rounds: u64,
-    /// Fraction of the loop's wall time spent in rounds that did work.
+    /// Fraction of the loop's wall time spent in rounds that did work
+    /// (or called the policy).
     pub busy_fraction: f64,
     /// The policy's share of that busy time (its hooks' wall time over the
     /// busy time; see [`DataplaneCounters::policy_ns`](super::DataplaneCounters)).
@@ -51,7 +52,10 @@ impl<R: Rnic + 'static> Dataplane<R> {
             self.timed = true;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if self.round()? {
+                let policy_before = self.counters.policy_ns;
+                // A round that only ticked the policy worked too: the
+                // policy's time stays a part of the busy time.
+                if self.round()? || self.counters.policy_ns != policy_before {
                     let d = t.elapsed();
                     busy += d;
                     self.counters.busy_ns += d.as_nanos() as u64;
