@@ -49,7 +49,8 @@ impl NicTimeline {
         NicTimeline { bucket_ns, ..Self::default() }
     }
 
-    fn sample(&mut self, fabric: &SimFabric, now_ns: u64) {
+    /// Samples host 0's wire at `now_ns` (at most once per bucket).
+    pub fn sample(&mut self, fabric: &SimFabric, now_ns: u64) {
         if self.bucket_ns == 0 || now_ns < self.last.0 + self.bucket_ns {
             return;
         }

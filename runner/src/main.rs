@@ -2,11 +2,13 @@
 
 mod calibrate_cmd;
 mod compare_cmd;
+mod ctl;
 mod devices_cmd;
 mod driver;
 mod output;
 mod perftest_cmd;
 mod plot;
+mod realtime;
 mod report;
 mod run_cmd;
 mod scenario;
@@ -63,6 +65,9 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Live control of a `run --realtime --ctl`: hot swaps, stats, pause /
+    /// resume of a tenant, over the run's control socket.
+    Ctl(ctl::Args),
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -106,6 +111,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::Ctl(a) => ctl::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "perf-runner", &mut std::io::stdout());

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
+use perf_dataplane::engine::SwapOutcome;
+
 use crate::report::{Report, TenantReport};
 
 /// Most series drawn in one chart; the rest of the groups are summed.
@@ -64,16 +66,37 @@ pub fn plot_all(runs: &[Report], scenario: &str, dir: &Path) -> anyhow::Result<V
             (r.config.clone(), pts)
         })
         .collect();
+    // Swap markers only when one run is drawn: runs' swaps would mix.
+    let swaps = if runs.len() == 1 { swap_markers(&runs[0]) } else { Vec::new() };
     lines(
         &path,
         &format!("NIC utilization over time{label}"),
         ("time [ms]", "wire utilization [fraction of time transmitting]"),
         &series,
         Some(1.05),
-        &[],
+        &swaps,
     )?;
     files.push(path);
     Ok(files)
+}
+
+/// A dashed vertical marker: where (x), its label, and whether it marks a
+/// policy swap (drawn in red) rather than a phase change (grey).
+type Marker = (f64, String, bool);
+
+/// One marker per policy swap of `r`: `swap: A -> B`, or `swap refused: B`.
+fn swap_markers(r: &Report) -> Vec<Marker> {
+    r.policy_log
+        .swaps
+        .iter()
+        .map(|s| {
+            let label = match s.outcome {
+                SwapOutcome::Accepted => format!("swap: {} -> {}", s.from, s.to),
+                SwapOutcome::Refused(_) => format!("swap refused: {}", s.to),
+            };
+            (s.at_ns as f64 / 1e6, label, true)
+        })
+        .collect()
 }
 
 /// `(latency us, cumulative fraction)` points of a tenant's histogram.
@@ -126,21 +149,23 @@ fn throughput(path: &Path, r: &Report, title: &str) -> anyhow::Result<()> {
         let sum = TenantReport::merge("others", &rest);
         series.push((format!("{} other groups (sum)", rest.len()), points(&sum)));
     }
-    // Dashed markers: where measurement starts, where tenants start and stop.
+    // Dashed markers: where measurement starts, where tenants start and
+    // stop, and policy swaps.
     let end = r.tenants.iter().map(|t| t.window_phase_ns.1 .1).max().unwrap_or(0);
-    let mut markers: Vec<(f64, String)> = Vec::new();
+    let mut markers: Vec<Marker> = Vec::new();
     if let Some(w) = r.tenants.iter().map(|t| t.window_phase_ns.0 .0).min().filter(|&w| w > 0) {
-        markers.push((w as f64 / 1e6, "measurement starts".into()));
+        markers.push((w as f64 / 1e6, "measurement starts".into(), false));
     }
     for t in &groups {
         let (start, stop) = t.window_phase_ns.1;
         if start > 0 {
-            markers.push((start as f64 / 1e6, format!("{} starts", t.group)));
+            markers.push((start as f64 / 1e6, format!("{} starts", t.group), false));
         }
         if stop < end {
-            markers.push((stop as f64 / 1e6, format!("{} stops", t.group)));
+            markers.push((stop as f64 / 1e6, format!("{} stops", t.group), false));
         }
     }
+    markers.extend(swap_markers(r));
     lines(path, title, ("time [ms]", "goodput [Gb/s]"), &series, None, &markers)
 }
 
@@ -150,7 +175,7 @@ fn lines(
     axes: (&str, &str),
     series: &[Series],
     y_max: Option<f64>,
-    markers: &[(f64, String)],
+    markers: &[Marker],
 ) -> anyhow::Result<()> {
     let x_hi = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(1e-3, f64::max);
     let y_hi =
@@ -167,7 +192,7 @@ fn chart<X, Y>(
     (x, y): (X, Y),
     series: &[Series],
     legend: SeriesLabelPosition,
-    markers: &[(f64, String)],
+    markers: &[Marker],
 ) -> anyhow::Result<()>
 where
     X: AsRangedCoord<Value = f64>,
@@ -185,11 +210,11 @@ where
         .build_cartesian_2d(x, y)?;
     chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
     let y_top = chart.y_range().end;
-    for (k, (at, label)) in markers.iter().enumerate() {
-        let grey = BLACK.mix(0.45);
+    for (k, (at, label, swap)) in markers.iter().enumerate() {
+        let color = if *swap { RED.mix(0.7) } else { BLACK.mix(0.45) };
         let dashes = (0..40).map(|i| {
             let (a, b) = (y_top * i as f64 / 40.0, y_top * (i as f64 + 0.5) / 40.0);
-            PathElement::new(vec![(*at, a), (*at, b)], grey)
+            PathElement::new(vec![(*at, a), (*at, b)], color)
         });
         chart.draw_series(dashes)?;
         let y_text = y_top * (0.96 - 0.05 * (k % 4) as f64);

@@ -205,8 +205,38 @@ pub struct Report {
     /// NIC utilization over time (for plots; not in JSON).
     #[serde(skip)]
     pub nic_timeline: NicTimeline,
-    /// Total virtual time run, ns.
+    /// Total time run, ns of the NIC's clock (virtual, or wall time with
+    /// `--realtime`).
     pub duration_ns: u64,
+    /// The dataplane core's figures of a `--realtime` run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub realtime: Option<RealtimeReport>,
+}
+
+/// What a `--realtime` run measured of its dataplane core and its
+/// tenants' threads.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RealtimeReport {
+    /// The core the loop was asked to run on.
+    pub core: Option<usize>,
+    /// Whether pinning it there succeeded.
+    pub pinned: bool,
+    /// Wall time the loop ran, ms.
+    pub wall_ms: f64,
+    /// Rounds it ran.
+    pub rounds: u64,
+    /// Fraction of its wall time spent in rounds that did work.
+    pub busy_fraction: f64,
+    /// The policy hooks' share of that busy time.
+    pub policy_share: f64,
+    /// Completions the loop delivered to tenants.
+    pub delivered: u64,
+    /// Completions the tenant threads took (equal to `delivered` when every
+    /// completion was counted exactly once).
+    pub taken: u64,
+    /// Requests still in flight at the tenants when the run gave up
+    /// waiting for them (0 when everything completed).
+    pub in_flight: u64,
 }
 
 impl Report {
@@ -283,6 +313,24 @@ impl Report {
             self.cost.wqes_per_msg,
             self.cost.policy_calls_per_msg
         );
+        if let Some(rt) = &self.realtime {
+            let core = match (rt.core, rt.pinned) {
+                (Some(c), true) => format!("core {c} (pinned)"),
+                (Some(c), false) => format!("core {c} (NOT pinned)"),
+                (None, _) => "an unpinned thread".to_string(),
+            };
+            let _ = writeln!(
+                s,
+                "realtime: dataplane on {core}: busy {:.1}% of {:.0} ms wall, policy {:.1}% of busy; {} rounds; {} completions delivered, {} taken, {} left in flight",
+                rt.busy_fraction * 100.0,
+                rt.wall_ms,
+                rt.policy_share * 100.0,
+                rt.rounds,
+                rt.delivered,
+                rt.taken,
+                rt.in_flight
+            );
+        }
         s
     }
 }

@@ -1,5 +1,7 @@
 //! `perf-runner run`: one scenario on the simulated NIC through the
-//! dataplane, under a policy, in virtual time.
+//! dataplane, under a policy, in virtual time ([`wire`] builds a run,
+//! [`report`] sums it up; `--realtime` hands the wired run to
+//! [`crate::realtime`]).
 
 use std::path::PathBuf;
 
@@ -10,11 +12,12 @@ use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::WasmLimits;
 use perf_dataplane::policy::PolicyHost;
-use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, TcScheduler};
+use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags};
 
 use crate::driver::{drive, Actor, NicTimeline};
 use crate::output::OutputArgs;
+use crate::realtime::{run_realtime, Realtime};
 use crate::report::{CostReport, PolicyLog, Report, TenantReport};
 use crate::scenario::{Kind, Scenario};
 use crate::workload::{PeerApp, TenantApp, TenantSetup};
@@ -42,12 +45,31 @@ pub struct Args {
     /// Output files and terminal options.
     #[command(flatten)]
     out: OutputArgs,
-    /// Swap the policy at MS milliseconds of virtual time to POLICY (a
+    /// Swap the policy at MS milliseconds of the NIC's clock (virtual
+    /// time, or wall time with --realtime) to POLICY (a
     /// built-in name, `wasm:NAME` or a `.wasm` file); repeatable. The
     /// module is prepared off the loop at the start and installed at the
     /// first round at or after MS; the run prints each swap and its outcome.
     #[arg(long = "swap-at", value_name = "MS=POLICY")]
     swap_at: Vec<String>,
+    /// Run in real time: the NIC model on the wall clock, the dataplane
+    /// spinning on its own pinned core, each tenant a thread of its own.
+    /// The report adds the dataplane core's busy fraction and the policy's
+    /// share of it. Figures depend on the machine (not seeded).
+    #[arg(long, conflicts_with = "alone")]
+    realtime: bool,
+    /// With --realtime: listen for `perf-runner ctl` (live swaps, stats,
+    /// pause / resume) on this Unix socket (default `$PERF_RUNNER_CTL`,
+    /// else ./perf-runner.sock); removed at the end of the run.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, requires = "realtime")]
+    ctl: Option<Option<PathBuf>>,
+    /// With --realtime: swap to this policy file (.wasm) whenever it
+    /// changes (checked every 100 ms).
+    #[arg(long, value_name = "FILE", requires = "realtime")]
+    watch: Option<PathBuf>,
+    /// With --realtime: the core the dataplane spins on (default: the last).
+    #[arg(long, value_name = "N", requires = "realtime")]
+    core: Option<usize>,
 }
 
 /// One `--swap-at`: when (ms of virtual time) and to what.
@@ -115,8 +137,32 @@ pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Re
     run_scenario_with(sc, policy, hw, &RunOptions::default())
 }
 
-/// Runs one scenario under one configuration, with options.
-pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &RunOptions) -> anyhow::Result<Report> {
+/// A scenario wired up and not yet run: the dataplane on host 0 with the
+/// tenants' apps, their peers on host 1, scripted swaps scheduled.
+pub struct Wired {
+    /// The simulated hosts.
+    pub fabric: SimFabric,
+    /// The dataplane over host 0's NIC.
+    pub dp: Dataplane<SimRnic>,
+    /// The tenants' applications, in scenario order.
+    pub tenants: Vec<TenantApp>,
+    /// Their peers' applications.
+    pub peers: Vec<PeerApp>,
+    /// The scenario's end, ns of the NIC's clock.
+    pub end_ns: u64,
+    /// NIC utilization over time, to fill while running.
+    pub nic_timeline: NicTimeline,
+}
+
+/// Builds the run of `sc` under `policy` and `hw` on a fabric whose clock
+/// is `clock` (virtual for `run`, wall for `run --realtime`).
+pub fn wire(
+    sc: &Scenario,
+    policy: &str,
+    hw: &TcScheduler,
+    clock: ClockMode,
+    opts: &RunOptions,
+) -> anyhow::Result<Wired> {
     let profile = RnicProfile::by_name(&sc.profile).with_context(|| {
         format!("key `profile`: unknown RNIC profile {:?} (known: {})", sc.profile, RnicProfile::NAMES.join(", "))
     })?;
@@ -124,8 +170,8 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
     let host = PolicyHost::load(policy).with_context(|| {
         format!("policy {policy:?}: not loadable (a built-in name, wasm:NAME or a .wasm file; see `perf-runner policy list`)")
     })?;
-    tracing::info!(policy, hw = ?hw, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, "run starts");
-    let fabric = SimFabric::new(profile.clone(), 2, sc.seed, ClockMode::Virtual);
+    tracing::info!(policy, hw = ?hw, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, ?clock, "run starts");
+    let fabric = SimFabric::new(profile.clone(), 2, sc.seed, clock);
     fabric.set_tc_scheduler(0, hw.clone());
     fabric.set_tc_scheduler(1, hw.clone());
     let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::default())?;
@@ -166,24 +212,23 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         };
         tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), &setup));
     }
-    let mut nic_timeline = NicTimeline::new(bucket);
     for s in &opts.swaps {
         let at_ns = (s.ms * 1e6) as u64;
         dp.schedule_swap(at_ns, PolicySpec::Named(s.policy.clone()), WasmLimits::default())?;
     }
-    {
-        let mut apps: Vec<&mut dyn Actor> = Vec::new();
-        for t in tenants.iter_mut() {
-            apps.push(t);
-        }
-        apps.push(&mut dp);
-        for p in peers.iter_mut() {
-            apps.push(p);
-        }
-        let hidden = ProgressBar::hidden();
-        let progress = opts.progress.as_ref().unwrap_or(&hidden);
-        drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
-    }
+    Ok(Wired { fabric, dp, tenants, peers, end_ns: end, nic_timeline: NicTimeline::new(bucket) })
+}
+
+/// The report of a finished run that lasted `total_ns` of the NIC's clock.
+pub fn report(
+    policy: &str,
+    hw: &TcScheduler,
+    fabric: &SimFabric,
+    dp: &Dataplane<SimRnic>,
+    tenants: Vec<TenantApp>,
+    nic_timeline: NicTimeline,
+    total_ns: u64,
+) -> Report {
     let nic = fabric.counters(0);
     let reports: Vec<TenantReport> = tenants
         .into_iter()
@@ -192,12 +237,12 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
             TenantReport::new(&name, &group, result)
         })
         .collect();
-    let total = end + 1_000_000;
+    let total = total_ns.max(1);
     let dataplane = dp.counters();
     let policy_counters = dp.policy().counters;
     let policy_log = PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() };
     tracing::info!(policy, events = fabric.events_run(), "run done");
-    Ok(Report {
+    Report {
         config: policy.to_string(),
         scenario: String::new(),
         policy: policy.to_string(),
@@ -215,7 +260,28 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         policy_log,
         nic_timeline,
         duration_ns: total,
-    })
+        realtime: None,
+    }
+}
+
+/// Runs one scenario under one configuration, with options, in virtual time.
+pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &RunOptions) -> anyhow::Result<Report> {
+    let Wired { fabric, mut dp, mut tenants, mut peers, end_ns: end, mut nic_timeline } =
+        wire(sc, policy, hw, ClockMode::Virtual, opts)?;
+    {
+        let mut apps: Vec<&mut dyn Actor> = Vec::new();
+        for t in tenants.iter_mut() {
+            apps.push(t);
+        }
+        apps.push(&mut dp);
+        for p in peers.iter_mut() {
+            apps.push(p);
+        }
+        let hidden = ProgressBar::hidden();
+        let progress = opts.progress.as_ref().unwrap_or(&hidden);
+        drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
+    }
+    Ok(report(policy, hw, &fabric, &dp, tenants, nic_timeline, end + 1_000_000))
 }
 
 /// Runs the command.
@@ -227,7 +293,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
     // The same swaps in the alone runs, so that the ratios compare like with like.
     let opts = RunOptions { swaps, ..a.out.run_options(&sc, runs) };
-    let mut report = run_scenario_with(&sc, policy, &hw, &opts)?;
+    let mut report = if a.realtime {
+        let rt = Realtime {
+            core: a.core,
+            ctl: a.ctl.clone().map(|p| p.unwrap_or_else(crate::ctl::default_socket)),
+            watch: a.watch.clone(),
+            live: !a.out.quiet,
+        };
+        if let Some(p) = &rt.ctl {
+            if !a.out.quiet {
+                eprintln!("control socket: {} (perf-runner ctl --socket {} stats)", p.display(), p.display());
+            }
+        }
+        run_realtime(&sc, policy, &hw, &opts, &rt)?
+    } else {
+        run_scenario_with(&sc, policy, &hw, &opts)?
+    };
     report.scenario = a.scenario.display().to_string();
     if a.alone {
         for (_, first) in sc.groups() {

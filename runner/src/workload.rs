@@ -140,6 +140,8 @@ pub struct TenantApp {
     /// Open loop: arrival times of the posted messages, per QP, in order.
     in_flight: Vec<VecDeque<u64>>,
     next_qp: usize,
+    /// Completions taken from the dataplane, in and out of the window.
+    taken: u64,
     result: TenantResult,
 }
 
@@ -177,6 +179,7 @@ impl TenantApp {
             backlog: VecDeque::new(),
             in_flight: vec![VecDeque::new(); n],
             next_qp: 0,
+            taken: 0,
             result: TenantResult {
                 messages: 0,
                 bytes: 0,
@@ -203,6 +206,23 @@ impl TenantApp {
 
     fn now(&self) -> u64 {
         self.nic.clock_ns()
+    }
+
+    /// The NIC's clock, ns.
+    pub fn now_ns(&self) -> u64 {
+        self.now()
+    }
+
+    /// Requests posted and not completed yet (a ping-pong waiting for its
+    /// reply counts one).
+    pub fn in_flight(&self) -> u64 {
+        self.outstanding.iter().map(|&n| n as u64).sum::<u64>() + self.waiting as u64
+    }
+
+    /// Completions taken from the dataplane so far, in and out of the
+    /// measurement window.
+    pub fn taken(&self) -> u64 {
+        self.taken
     }
 
     fn active(&self, t: u64) -> bool {
@@ -249,6 +269,7 @@ impl TenantApp {
         let mut did = false;
         while let Some(c) = self.handle.poll() {
             did = true;
+            self.taken += 1;
             if !c.status.is_ok() {
                 self.result.errors += 1;
                 self.failed = true;
@@ -334,9 +355,13 @@ impl TenantApp {
         let mut replied = false;
         while let Some(c) = self.handle.poll() {
             did = true;
+            self.taken += 1;
             if !c.status.is_ok() {
                 self.result.errors += 1;
                 self.failed = true;
+            }
+            if c.kind == CompletionKind::Send {
+                self.outstanding[0] = self.outstanding[0].saturating_sub(1);
             }
             match (self.spec.op, c.kind) {
                 (TestOp::Read, CompletionKind::Send) => replied = true,
@@ -376,6 +401,7 @@ impl TenantApp {
             let op = self.op(0);
             let wr = self.request(0, op, 0, size as u32);
             if self.handle.post(wr).is_ok() {
+                self.outstanding[0] += 1;
                 self.t0_ns = self.now();
                 self.waiting = true;
                 did = true;

@@ -10,6 +10,7 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn deliver(&mut self, t: usize, c: Completion) {
         let ts = &mut self.tenants[t];
         ts.tick.completed += 1;
+        ts.delivered += 1;
         ts.tick.bytes += c.byte_len as u64;
         ts.tick.lat_sum_ns += c.completed_ns.saturating_sub(c.posted_ns);
         self.counters.completions += 1;

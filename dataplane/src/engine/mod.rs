@@ -20,6 +20,7 @@ mod active_set;
 mod completion;
 pub mod control_qp;
 mod intake;
+mod operator;
 mod pacing;
 mod pinned;
 mod post;
@@ -38,6 +39,7 @@ use perf_policy_sdk::{Pacing, RequestInfo, RequestOp as PolicyOp, TenantClass, T
 use crate::policy::PolicyHost;
 use crate::rnic::*;
 use control_qp::ControlQp;
+pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta};
@@ -112,6 +114,13 @@ pub struct DataplaneCounters {
     /// Overruns of a shared CQ (a NIC fault: every data QP failed, the CQ
     /// was recreated).
     pub cq_overruns: u64,
+    /// Wall time spent in rounds that did work or called the policy, ns
+    /// (measured only when the loop runs on its pinned thread,
+    /// [`Dataplane::run_pinned`]; 0 in virtual time).
+    pub busy_ns: u64,
+    /// Wall time spent in the policy's hooks (`on_request`, `on_tick`,
+    /// `on_pacing`), ns; measured like `busy_ns`, and part of it.
+    pub policy_ns: u64,
 }
 
 struct TenantState {
@@ -133,6 +142,10 @@ struct TenantState {
     stalled_at: Option<u64>,
     /// The tenant's rate limit (the policy's [`Pacing`]).
     bucket: TokenBucket,
+    /// Paused by the operator ([`Dataplane::set_paused`]).
+    paused: bool,
+    /// Completions delivered to it so far.
+    delivered: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -179,6 +192,10 @@ pub struct Dataplane<R: Rnic> {
     retired_cqs: Vec<CqHandle>,
     /// Policy swaps and the watchdog.
     sup: supervise::Supervisor,
+    /// Requests from [`OperatorHandle`]s.
+    operator: Option<(Sender<operator::Command>, Receiver<operator::Command>)>,
+    /// Whether the loop measures its wall time (`busy_ns`, `policy_ns`).
+    timed: bool,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -228,6 +245,8 @@ impl<R: Rnic> Dataplane<R> {
             counters: DataplaneCounters::default(),
             retired_cqs: Vec::new(),
             sup: supervise::Supervisor::default(),
+            operator: None,
+            timed: false,
         })
     }
 
@@ -298,6 +317,8 @@ impl<R: Rnic> Dataplane<R> {
             lost_releases: 0,
             stalled_at: None,
             bucket: TokenBucket::new(),
+            paused: false,
+            delivered: 0,
         });
         self.plans.push(TenantPlan::PASSTHROUGH);
         self.pacing.push(Pacing::UNLIMITED);
@@ -378,6 +399,9 @@ impl<R: Rnic> Dataplane<R> {
         if self.sup.has_pending() {
             // At the round boundary, before the tick: a new policy ticks at once.
             self.apply_swaps(now);
+        }
+        if self.has_operator_commands() {
+            self.serve_operator();
         }
         let mut did = self.drain_requests(now);
         did |= self.flush_overflow();

@@ -20,8 +20,12 @@ pub struct PinReport {
     pub pinned: bool,
     /// Rounds run.
     pub rounds: u64,
-    /// Fraction of the loop's wall time spent in rounds that did work.
+    /// Fraction of the loop's wall time spent in rounds that did work
+    /// (or called the policy).
     pub busy_fraction: f64,
+    /// The policy's share of that busy time (its hooks' wall time over the
+    /// busy time; see [`DataplaneCounters::policy_ns`](super::DataplaneCounters)).
+    pub policy_share: f64,
     /// Wall time the loop ran.
     pub wall: Duration,
 }
@@ -45,16 +49,24 @@ impl<R: Rnic + 'static> Dataplane<R> {
             let start = Instant::now();
             let mut busy = Duration::ZERO;
             let mut rounds = 0u64;
+            self.timed = true;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
-                if self.round()? {
-                    busy += t.elapsed();
+                let policy_before = self.counters.policy_ns;
+                // A round that only ticked the policy worked too: the
+                // policy's time stays a part of the busy time.
+                if self.round()? || self.counters.policy_ns != policy_before {
+                    let d = t.elapsed();
+                    busy += d;
+                    self.counters.busy_ns += d.as_nanos() as u64;
                 }
                 rounds += 1;
             }
+            self.timed = false;
             let wall = start.elapsed();
             let busy_fraction = busy.as_secs_f64() / wall.as_secs_f64().max(1e-9);
-            Ok((self, PinReport { core, pinned, rounds, busy_fraction, wall }))
+            let policy_share = self.counters.policy_ns as f64 / (self.counters.busy_ns as f64).max(1.0);
+            Ok((self, PinReport { core, pinned, rounds, busy_fraction, policy_share, wall }))
         })
     }
 }
@@ -119,6 +131,8 @@ mod tests {
         assert!(done.iter().all(|c| c.status == WcStatus::Success && c.byte_len == 1 << 20));
         assert_eq!(done.iter().map(|c| c.wr_id).collect::<Vec<_>>(), (0..n).collect::<Vec<_>>(), "in post order");
         assert!(report.rounds > 0 && report.busy_fraction > 0.0 && report.busy_fraction <= 1.0);
+        assert!((0.0..=1.0).contains(&report.policy_share), "{report:?}");
+        assert!(dp.counters().busy_ns > 0 && dp.counters().policy_ns <= dp.counters().busy_ns);
         assert!(dp.counters().completions >= n);
         let mut landed = vec![0u8; 1 << 20];
         peer.nic.read_mr(peer.mr.handle, 0, &mut landed).expect("read");

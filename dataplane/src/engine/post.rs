@@ -11,7 +11,7 @@ impl<R: Rnic> Dataplane<R> {
         let mut did = false;
         for qi in 0..self.qps.len() {
             let t = self.qps[qi].tenant as usize;
-            let allowed = self.plans[t].max_active_qps == 0 || self.qps[qi].active;
+            let allowed = !self.tenants[t].paused && (self.plans[t].max_active_qps == 0 || self.qps[qi].active);
             if self.qps[qi].failed {
                 continue;
             }
@@ -77,7 +77,11 @@ impl<R: Rnic> Dataplane<R> {
                 let req = request_info(t as u32, &wr, q.depth() + 1);
                 // The split plan is decided when the message starts, so it
                 // reflects the policy's current view.
+                let timer = self.timed.then(std::time::Instant::now);
                 let mut split = self.policy.on_request(&req, &self.plans[t]);
+                if let Some(t0) = timer {
+                    self.counters.policy_ns += t0.elapsed().as_nanos() as u64;
+                }
                 // A chunk and its zero-weight WRs must fit an empty send
                 // queue (beside a WAIT and the control reserve), or the QP
                 // could never post again.

@@ -321,7 +321,9 @@ impl<R: Rnic> Dataplane<R> {
         self.sup.next_watchdog_ns = now + (bound / 4).max(10_000);
         let mut starved = None;
         for q in &mut self.qps {
-            if q.failed || q.depth() == 0 {
+            // A paused tenant waits on the operator, not on the policy.
+            let paused = self.tenants.get(q.tenant as usize).is_some_and(|t| t.paused);
+            if q.failed || q.depth() == 0 || paused {
                 q.progress_ns = now;
             } else if starved.is_none() && now.saturating_sub(q.progress_ns) > bound {
                 starved = Some((q.tenant, q.index, q.depth(), now - q.progress_ns));

@@ -66,11 +66,15 @@ impl<R: Rnic> Dataplane<R> {
                 }
             })
             .collect();
+        let timer = self.timed.then(std::time::Instant::now);
         let mut plans = std::mem::take(&mut self.plans);
         self.policy.on_tick(now, &stats, &mut plans);
         self.plans = plans;
         let mut pacing = std::mem::take(&mut self.pacing);
         self.policy.on_pacing(now, &mut pacing);
+        if let Some(t0) = timer {
+            self.counters.policy_ns += t0.elapsed().as_nanos() as u64;
+        }
         for (ts, p) in self.tenants.iter_mut().zip(&pacing) {
             ts.bucket.set(*p, now);
         }
