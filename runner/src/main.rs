@@ -4,6 +4,7 @@ mod calibrate_cmd;
 mod compare_cmd;
 mod devices_cmd;
 mod driver;
+mod live;
 mod output;
 mod perftest_cmd;
 mod plot;
@@ -33,8 +34,9 @@ enum Command {
     /// GIDs, and which isolation mechanisms run in the NIC and which are
     /// host-gated; says so plainly (and exits 0) when there is none.
     Devices(devices_cmd::Args),
-    /// Runs a scenario on the simulated NIC through the dataplane under a
-    /// policy and prints per-tenant results.
+    /// Runs a scenario through the dataplane under a policy and prints
+    /// per-tenant results: on the simulated NIC (default), or on a real
+    /// RDMA device with `--backend verbs --device NAME [--peer HOST:PORT]`.
     Run(run_cmd::Args),
     /// Runs one scenario (same seed) under several policies and hardware
     /// modes, and each tenant group alone, and prints them side by side.

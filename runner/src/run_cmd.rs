@@ -48,6 +48,9 @@ pub struct Args {
     /// first round at or after MS; the run prints each swap and its outcome.
     #[arg(long = "swap-at", value_name = "MS=POLICY")]
     swap_at: Vec<String>,
+    /// The NIC: the simulator (default) or a real device (`crate::live`).
+    #[command(flatten)]
+    backend: crate::live::BackendArgs,
 }
 
 /// One `--swap-at`: when (ms of virtual time) and to what.
@@ -221,6 +224,20 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
 /// Runs the command.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let sc = Scenario::load(&a.scenario)?;
+    if let Some((device, mode)) = a.backend.live()? {
+        return crate::live::run_cmd(
+            &a.scenario,
+            &sc,
+            &a.policy,
+            a.direct,
+            &a.hw,
+            a.alone,
+            &a.swap_at,
+            &a.out,
+            &device,
+            &mode,
+        );
+    }
     let hw = parse_hw(&a.hw)?;
     let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
     let swaps = a.swap_at.iter().map(|s| parse_swap_at(s)).collect::<anyhow::Result<Vec<_>>>()?;

@@ -5,7 +5,8 @@
 //!    software queues, asking the policy for each request's split plan;
 //! 2. keeps each tenant's active QP set within the policy's cap, rotating
 //!    after the quantum with an in-NIC hand-off through the tenant's
-//!    preemption control QP ([`control_qp`]);
+//!    preemption control QP ([`control_qp`]), or a host hand-off on a NIC
+//!    without in-NIC cross-channel ([`handoff`]);
 //! 3. posts each allowed QP's next WQEs as one post list ([`split`]);
 //! 4. polls the CQs, retires hidden WQEs and delivers each application
 //!    message's completion exactly once, in per-QP order;
@@ -17,6 +18,7 @@
 //! a core in real time.
 
 pub mod control_qp;
+mod handoff;
 mod pacing;
 mod pinned;
 mod qp;
@@ -269,8 +271,11 @@ impl<R: Rnic> Dataplane<R> {
     /// Adds a tenant with its own protection domain and control QP.
     pub fn add_tenant(&mut self, name: &str, weight: u32) -> Result<TenantHandle, RnicError> {
         let pd = self.nic.alloc_pd()?;
-        let pcq =
-            if self.nic.device_info().caps.cross_channel { Some(ControlQp::new(&mut self.nic, pd)?) } else { None };
+        let pcq = if self.nic.cross_channel() == CrossChannel::InNic {
+            Some(ControlQp::new(&mut self.nic, pd)?)
+        } else {
+            None
+        };
         let (req_tx, req_rx) = bounded(self.cfg.request_queue);
         let (cpl_tx, cpl_rx) = bounded(self.cfg.completion_queue);
         let id = self.tenants.len() as u32;
@@ -343,7 +348,7 @@ impl<R: Rnic> Dataplane<R> {
         let pd = self.tenant_mut(t)?.pd;
         let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
         attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: RQ_DEPTH, ..QpCaps::default() };
-        attr.cross_channel = self.nic.device_info().caps.cross_channel;
+        attr.cross_channel = self.nic.cross_channel() == CrossChannel::InNic;
         attr.traffic_class = tc;
         let qp = self.nic.create_qp(pd, attr)?;
         Ok((qp.handle, connect::endpoint(&self.nic, qp.qp_num)))
@@ -543,8 +548,9 @@ impl<R: Rnic> Dataplane<R> {
             if q.active && !q.has_work() && q.outstanding == 0 {
                 q.active = false;
             }
+            handoff::end_drain(q);
         }
-        let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
+        let mut active = qps.iter().filter(|&&qi| handoff::holds_slot(&self.qps[qi])).count();
         // Over the cap (the plan shrank): stop feeding the extras; what
         // they already posted drains.
         for &qi in qps.iter().rev() {
@@ -593,10 +599,9 @@ impl<R: Rnic> Dataplane<R> {
                 None => None,
             };
             self.counters.handoffs += 1;
-            let q = &mut self.qps[qi];
-            q.active = false;
-            q.pending_release = wait.is_some();
-            self.activate(next, now, wait);
+            if handoff::give_up_slot(&mut self.qps[qi], wait.is_some()) {
+                self.activate(next, now, wait);
+            }
         }
         self.tenants[t].rr = (start + 1) % n.max(1);
         Ok(())
@@ -727,7 +732,8 @@ impl<R: Rnic> Dataplane<R> {
                 // queue (beside a WAIT and the control reserve), or the QP
                 // could never post again.
                 let max_zw = depth.saturating_sub(CTRL_RESERVE + 2);
-                split.zero_weight_per_chunk = split.zero_weight_per_chunk.min(max_zw);
+                split.zero_weight_per_chunk =
+                    handoff::zero_weight_per_chunk(split.zero_weight_per_chunk.min(max_zw), pcq_ops.is_some());
                 self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
             }
             let q = &mut self.qps[qi];

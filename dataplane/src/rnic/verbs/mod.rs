@@ -538,6 +538,10 @@ impl Rnic for VerbsRnic {
         DeviceInfo { name: self.name.clone(), caps: caps_of(&self.dev, self.max_inline) }
     }
 
+    fn cross_channel(&self) -> CrossChannel {
+        CrossChannel::HostGated
+    }
+
     fn port_info(&self) -> PortInfo {
         let (a, active) = match self.ctx.query_port(self.port) {
             Ok(a) => (a, a.state == ibv_abi::port_state::ACTIVE),
