@@ -5,6 +5,7 @@ mod compare_cmd;
 mod ctl;
 mod devices_cmd;
 mod driver;
+mod live;
 mod output;
 mod perftest_cmd;
 mod plot;
@@ -35,8 +36,9 @@ enum Command {
     /// GIDs, and which isolation mechanisms run in the NIC and which are
     /// host-gated; says so plainly (and exits 0) when there is none.
     Devices(devices_cmd::Args),
-    /// Runs a scenario on the simulated NIC through the dataplane under a
-    /// policy and prints per-tenant results.
+    /// Runs a scenario through the dataplane under a policy and prints
+    /// per-tenant results: on the simulated NIC (default), or on a real
+    /// RDMA device with `--backend verbs --device NAME [--peer HOST:PORT]`.
     Run(run_cmd::Args),
     /// Runs one scenario (same seed) under several policies and hardware
     /// modes, and each tenant group alone, and prints them side by side.

@@ -70,6 +70,9 @@ pub struct Args {
     /// With --realtime: the core the dataplane spins on (default: the last).
     #[arg(long, value_name = "N", requires = "realtime")]
     core: Option<usize>,
+    /// The NIC: the simulator (default) or a real device (`crate::live`).
+    #[command(flatten)]
+    backend: crate::live::BackendArgs,
 }
 
 /// One `--swap-at`: when (ms of virtual time) and to what.
@@ -287,6 +290,23 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
 /// Runs the command.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let sc = Scenario::load(&a.scenario)?;
+    if let Some((device, mode)) = a.backend.live()? {
+        if a.ctl.is_some() || a.watch.is_some() {
+            anyhow::bail!("--ctl and --watch drive the simulator's real-time run; with --backend verbs they are not supported yet");
+        }
+        return crate::live::run_cmd(
+            &a.scenario,
+            &sc,
+            &a.policy,
+            a.direct,
+            &a.hw,
+            a.alone,
+            &a.swap_at,
+            &a.out,
+            &device,
+            &mode,
+        );
+    }
     let hw = parse_hw(&a.hw)?;
     let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
     let swaps = a.swap_at.iter().map(|s| parse_swap_at(s)).collect::<anyhow::Result<Vec<_>>>()?;

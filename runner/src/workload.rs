@@ -114,13 +114,15 @@ pub struct TenantSetup {
     pub interval_ns: Option<u64>,
 }
 
-/// A tenant application on host 0.
-pub struct TenantApp {
+/// A tenant application on host 0. `N` is its view of host 0's NIC: the
+/// clock and CPU access to its buffer (the simulator's NIC, or a handle
+/// shared with the dataplane on a real one).
+pub struct TenantApp<N: Rnic = SimRnic> {
     spec: TenantSpec,
     handle: TenantHandle,
     mr: Mr,
     remotes: Vec<RemoteAddr>,
-    nic: SimRnic,
+    nic: N,
     /// Measure completions in `[window.0, window.1)`.
     window: (u64, u64),
     /// Post in `[phase.0, phase.1)`.
@@ -145,7 +147,7 @@ pub struct TenantApp {
     result: TenantResult,
 }
 
-impl TenantApp {
+impl<N: Rnic> TenantApp<N> {
     /// A tenant over `handle` with buffer `mr` (at least twice `size` for a
     /// lat tenant, `size` otherwise), writing to `remotes[qp]` at the peer.
     pub fn new(
@@ -153,7 +155,7 @@ impl TenantApp {
         handle: TenantHandle,
         mr: Mr,
         remotes: Vec<RemoteAddr>,
-        nic: SimRnic,
+        nic: N,
         setup: &TenantSetup,
     ) -> Self {
         let n = spec.qps as usize;
@@ -411,7 +413,7 @@ impl TenantApp {
     }
 }
 
-impl App for TenantApp {
+impl<N: Rnic> App for TenantApp<N> {
     fn poll(&mut self) -> Result<bool, AppError> {
         match self.spec.kind {
             Kind::Bw => self.poll_bw(),
@@ -421,7 +423,7 @@ impl App for TenantApp {
     }
 }
 
-impl Actor for TenantApp {
+impl<N: Rnic> Actor for TenantApp<N> {
     fn next_wake_ns(&self) -> Option<u64> {
         let now = self.now();
         if self.failed || now >= self.phase.1 {
@@ -435,20 +437,20 @@ impl Actor for TenantApp {
 }
 
 /// The peer-side application of a tenant.
-pub enum PeerApp {
+pub enum PeerApp<R: Rnic = SimRnic> {
     /// RDMA WRITE / READ targets need no software; the side is held so its
     /// target buffer and QPs stay registered.
-    Passive(#[allow(dead_code)] Side<SimRnic>),
+    Passive(#[allow(dead_code)] Side<R>),
     /// SEND bandwidth: keeps RECVs posted.
-    Receiver(BwServer<SimRnic>),
+    Receiver(BwServer<R>),
     /// Ping-pong: answers each message.
-    Reflector(LatServer<SimRnic>),
+    Reflector(LatServer<R>),
 }
 
-impl PeerApp {
+impl<R: Rnic> PeerApp<R> {
     /// The peer app for `spec` over its connected `side`; `client` is the
     /// tenant's receive half (where replies land).
-    pub fn new(spec: &TenantSpec, side: Side<SimRnic>, client: RemoteAddr) -> Self {
+    pub fn new(spec: &TenantSpec, side: Side<R>, client: RemoteAddr) -> Self {
         match (spec.kind, spec.op) {
             (Kind::Lat, op) if op != TestOp::Read => {
                 PeerApp::Reflector(LatServer::new(side, client, LatConfig { op, size: spec.size, inline_max: 220 }))
@@ -461,7 +463,7 @@ impl PeerApp {
     }
 }
 
-impl App for PeerApp {
+impl<R: Rnic> App for PeerApp<R> {
     fn poll(&mut self) -> Result<bool, AppError> {
         match self {
             PeerApp::Passive(_) => Ok(false),
@@ -471,4 +473,4 @@ impl App for PeerApp {
     }
 }
 
-impl Actor for PeerApp {}
+impl<R: Rnic> Actor for PeerApp<R> {}

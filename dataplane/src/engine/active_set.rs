@@ -35,8 +35,9 @@ impl<R: Rnic> Dataplane<R> {
             if q.active && !q.has_work() && q.outstanding == 0 {
                 q.active = false;
             }
+            handoff::end_drain(q);
         }
-        let mut active = qps.iter().filter(|&&qi| self.qps[qi].active).count();
+        let mut active = qps.iter().filter(|&&qi| handoff::holds_slot(&self.qps[qi])).count();
         // Over the cap (the plan shrank): stop feeding the extras; what
         // they already posted drains.
         for &qi in qps.iter().rev() {
@@ -85,10 +86,9 @@ impl<R: Rnic> Dataplane<R> {
                 None => None,
             };
             self.counters.handoffs += 1;
-            let q = &mut self.qps[qi];
-            q.active = false;
-            q.pending_release = wait.is_some();
-            self.activate(next, now, wait);
+            if handoff::give_up_slot(&mut self.qps[qi], wait.is_some()) {
+                self.activate(next, now, wait);
+            }
         }
         self.tenants[t].rr = (start + 1) % n.max(1);
         Ok(())

@@ -5,7 +5,8 @@
 //!    software queues, asking the policy for each request's split plan;
 //! 2. keeps each tenant's active QP set within the policy's cap, rotating
 //!    after the quantum with an in-NIC hand-off through the tenant's
-//!    preemption control QP ([`control_qp`]);
+//!    preemption control QP ([`control_qp`]), or a host hand-off on a NIC
+//!    without in-NIC cross-channel ([`handoff`]);
 //! 3. posts each allowed QP's next WQEs as one post list ([`split`]);
 //! 4. polls the CQs, retires hidden WQEs and delivers each application
 //!    message's completion exactly once, in per-QP order;
@@ -19,6 +20,7 @@
 mod active_set;
 mod completion;
 pub mod control_qp;
+mod handoff;
 mod intake;
 mod operator;
 mod pacing;
@@ -297,8 +299,11 @@ impl<R: Rnic> Dataplane<R> {
     /// Adds a tenant with its own protection domain and control QP.
     pub fn add_tenant(&mut self, name: &str, weight: u32) -> Result<TenantHandle, RnicError> {
         let pd = self.nic.alloc_pd()?;
-        let pcq =
-            if self.nic.device_info().caps.cross_channel { Some(ControlQp::new(&mut self.nic, pd)?) } else { None };
+        let pcq = if self.nic.cross_channel() == CrossChannel::InNic {
+            Some(ControlQp::new(&mut self.nic, pd)?)
+        } else {
+            None
+        };
         let (req_tx, req_rx) = bounded(self.cfg.request_queue);
         let (cpl_tx, cpl_rx) = bounded(self.cfg.completion_queue);
         let id = self.tenants.len() as u32;
@@ -373,7 +378,7 @@ impl<R: Rnic> Dataplane<R> {
         let pd = self.tenant_mut(t)?.pd;
         let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
         attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: RQ_DEPTH, ..QpCaps::default() };
-        attr.cross_channel = self.nic.device_info().caps.cross_channel;
+        attr.cross_channel = self.nic.cross_channel() == CrossChannel::InNic;
         attr.traffic_class = tc;
         let qp = self.nic.create_qp(pd, attr)?;
         Ok((qp.handle, connect::endpoint(&self.nic, qp.qp_num)))

@@ -86,7 +86,8 @@ impl<R: Rnic> Dataplane<R> {
                 // queue (beside a WAIT and the control reserve), or the QP
                 // could never post again.
                 let max_zw = depth.saturating_sub(CTRL_RESERVE + 2);
-                split.zero_weight_per_chunk = split.zero_weight_per_chunk.min(max_zw);
+                split.zero_weight_per_chunk =
+                    handoff::zero_weight_per_chunk(split.zero_weight_per_chunk.min(max_zw), pcq_ops.is_some());
                 self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
             }
             let q = &mut self.qps[qi];

@@ -58,6 +58,10 @@ pub(crate) struct DpQp {
     pub waiting_on: Option<u64>,
     /// Post the PCQ release (SEND_ENABLE) at the end of the next batch.
     pub pending_release: bool,
+    /// Host hand-off (a NIC without in-NIC cross-channel): the QP gave up
+    /// its slot but keeps it until its posted messages complete, so the QP
+    /// taking over starts only then (see `handoff.rs`).
+    pub draining: bool,
     /// Error of a hidden WQE, to report on the message it belongs to.
     pub pending_error: Option<WcStatus>,
     /// The QP failed: everything further completes with a flush error.
@@ -93,6 +97,7 @@ impl DpQp {
             pending_wait: None,
             waiting_on: None,
             pending_release: false,
+            draining: false,
             pending_error: None,
             failed: false,
             outstanding: 0,

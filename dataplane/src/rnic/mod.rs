@@ -15,6 +15,7 @@
 pub mod connect;
 mod error;
 pub mod host_gate;
+pub mod host_only;
 pub mod ibv_abi;
 pub mod oob;
 pub mod probe;
@@ -23,6 +24,7 @@ pub mod sysfs;
 mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod verbs_open;
 
 pub use error::{PostError, RnicError, WcStatus};
 pub use types::*;
@@ -35,6 +37,21 @@ pub use types::*;
 pub trait Rnic: Send {
     /// Device attributes and capabilities (like `ibv_query_device`).
     fn device_info(&self) -> DeviceInfo;
+
+    /// Where WAIT, SEND_ENABLE and managed send queues run on this backend.
+    /// The dataplane uses its preemption control QPs and zero-weight WRs
+    /// only when they run in the NIC, and hands QPs off on the host
+    /// otherwise. By default derived from [`DeviceCaps`]: in the NIC when
+    /// the device reports both `cross_channel` and `managed_send`, absent
+    /// otherwise; a backend that emulates them overrides this.
+    fn cross_channel(&self) -> CrossChannel {
+        let caps = self.device_info().caps;
+        if caps.cross_channel && caps.managed_send {
+            CrossChannel::InNic
+        } else {
+            CrossChannel::Absent
+        }
+    }
 
     /// The port's link attributes and GID (like `ibv_query_port` + `ibv_query_gid`).
     fn port_info(&self) -> PortInfo;

@@ -420,6 +420,22 @@ pub struct DeviceCaps {
     pub traffic_classes: u8,
 }
 
+/// Where a backend runs the cross-channel work requests (WAIT,
+/// SEND_ENABLE) and managed send queues that PeRF's in-NIC preemption is
+/// built from ([`Rnic::cross_channel`](super::Rnic::cross_channel)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum CrossChannel {
+    /// The NIC executes them (the simulator; MLNX_OFED 4.x experimental
+    /// verbs on ConnectX): a WAIT stops the send queue inside the NIC.
+    InNic,
+    /// The backend accepts them but executes them on the host
+    /// ([`super::host_gate`]): WQEs are held in host memory and posted when
+    /// the condition holds (the verbs backend over upstream rdma-core).
+    HostGated,
+    /// The backend refuses them.
+    Absent,
+}
+
 /// Device identity and capabilities.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceInfo {

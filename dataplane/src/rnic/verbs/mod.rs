@@ -20,6 +20,9 @@
 //!   backend as it reaps CQEs) reaches the target; WAIT, SEND_ENABLE and NOP
 //!   complete in software and produce a CQE when signaled. The gate runs on
 //!   every `post_send`, `poll_cq` and `modify_qp` of this backend.
+//!   [`Rnic::cross_channel`] says so ([`CrossChannel::HostGated`]), and the
+//!   dataplane then hands QPs off on the host itself, without control QPs
+//!   or zero-weight WRs (`engine/handoff.rs`).
 //!
 //! Connection: the local starting PSN is always [`LOCAL_PSN`] (0), which is
 //! what [`super::connect::endpoint`] advertises. On InfiniBand ports a QP
@@ -536,6 +539,10 @@ impl VerbsRnic {
 impl Rnic for VerbsRnic {
     fn device_info(&self) -> DeviceInfo {
         DeviceInfo { name: self.name.clone(), caps: caps_of(&self.dev, self.max_inline) }
+    }
+
+    fn cross_channel(&self) -> CrossChannel {
+        CrossChannel::HostGated
     }
 
     fn port_info(&self) -> PortInfo {

@@ -1,0 +1,656 @@
+//! `perf-runner run --backend verbs`: a scenario through the dataplane on a
+//! real RDMA device, in real time (`--backend sim`, the default, is the
+//! simulator in virtual time: [`crate::run_cmd`]).
+//!
+//! - **Loopback** (`--device NAME`): the dataplane and the tenants use one
+//!   context of the device, the tenants' peers a second context of the same
+//!   device; QPs connect on the device (RoCE loopback, or the same IB port).
+//! - **Two hosts**: one host serves (`--device NAME --serve PORT`): it runs
+//!   the scenario's peer side (targets, SEND receivers, ping-pong
+//!   reflectors); the other (`--device NAME --peer HOST:PORT`) runs the
+//!   dataplane and the tenants. Both load the same scenario file; they swap
+//!   QP endpoints and buffer keys over TCP ([`perf_dataplane::rnic::oob`]),
+//!   meet at a barrier once every QP is in RTS, and again at the end.
+//!
+//! The run loop spins every app (tenants, the dataplane, local peers) on
+//! one thread until the scenario's end on the device clock. The backend is
+//! chosen at run time (`Box<dyn Rnic>`), so a build without the `verbs`
+//! feature, or a machine without a device, fails with a clear error that
+//! names the device looked for and what was found, and exits non-zero.
+//! The same loop runs on the simulator in wall-clock mode in the tests.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::Context;
+use perf_dataplane::engine::{Dataplane, DataplaneConfig};
+use perf_dataplane::perftest::{App, Side};
+use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rnic::oob::{ConnInfo, OobConn};
+use perf_dataplane::rnic::verbs_open::open_verbs;
+use perf_dataplane::rnic::*;
+
+use crate::driver::NicTimeline;
+use crate::report::{CostReport, PolicyLog, Report, RnicReport, TenantReport};
+use crate::run_cmd::bucket_ns;
+use crate::scenario::{Kind, Scenario, TenantSpec};
+use crate::workload::{PeerApp, TenantApp, TenantSetup};
+
+/// How long to wait for the other host (connect, accept, each message).
+const OOB_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the serving side keeps answering after the scenario's end, so
+/// that the client's last messages complete.
+const SERVE_GRACE_NS: u64 = 500_000_000;
+
+/// Which NIC runs a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Backend {
+    /// The simulated ConnectX-6-class NIC, in virtual time.
+    #[default]
+    Sim,
+    /// A real RDMA device through libibverbs, in real time.
+    Verbs,
+}
+
+/// The backend flags of `run`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BackendArgs {
+    /// Which NIC runs the scenario: `sim` (the simulator, virtual time) or
+    /// `verbs` (a real RDMA device, real time; needs a build with
+    /// `--features perf-dataplane/verbs`, see docs/hardware.md).
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    pub backend: Backend,
+    /// The RDMA device for `--backend verbs` (`mlx5_0`, `rxe0`, ...;
+    /// `perf-runner devices` lists them).
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
+    /// Two-host mode, client side: run the dataplane and the tenants here,
+    /// their peers on the host started with `--serve PORT`.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "serve")]
+    pub peer: Option<String>,
+    /// Two-host mode, serving side: listen on PORT and run the scenario's
+    /// peer side for the client that connects.
+    #[arg(long, value_name = "PORT")]
+    pub serve: Option<u16>,
+}
+
+/// What a verbs run does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveMode {
+    /// Both sides on one device.
+    Loopback,
+    /// The dataplane here, the peers at this address.
+    Client(String),
+    /// The peers here, for a client connecting to this port.
+    Serve(u16),
+}
+
+impl BackendArgs {
+    /// The device and mode of a verbs run; `None` for the simulator.
+    /// Flags that only mean something on the other backend are errors.
+    pub fn live(&self) -> anyhow::Result<Option<(String, LiveMode)>> {
+        if self.backend == Backend::Sim {
+            if self.device.is_some() || self.peer.is_some() || self.serve.is_some() {
+                anyhow::bail!("--device, --peer and --serve need --backend verbs (the simulator has one NIC per host)");
+            }
+            return Ok(None);
+        }
+        let Some(device) = self.device.clone() else {
+            anyhow::bail!(
+                "--backend verbs needs --device NAME (`perf-runner devices` lists this machine's RDMA devices)"
+            );
+        };
+        let mode = match (&self.peer, self.serve) {
+            (Some(p), _) => LiveMode::Client(p.clone()),
+            (None, Some(port)) => LiveMode::Serve(port),
+            (None, None) => LiveMode::Loopback,
+        };
+        Ok(Some((device, mode)))
+    }
+}
+
+/// One backend shared by the dataplane and the tenants' CPU access to
+/// their buffers (a device context has one owner in safe code; this is it),
+/// with the clock counted from an epoch set when the run starts, so that
+/// the scenario's times start at 0 whatever the setup took.
+pub struct Shared<R: Rnic> {
+    inner: Arc<Mutex<R>>,
+    epoch: Arc<AtomicU64>,
+}
+
+impl<R: Rnic> Clone for Shared<R> {
+    fn clone(&self) -> Self {
+        Shared { inner: self.inner.clone(), epoch: self.epoch.clone() }
+    }
+}
+
+impl<R: Rnic> Shared<R> {
+    /// Shares `nic`, epoch 0.
+    pub fn new(nic: R) -> Self {
+        Shared { inner: Arc::new(Mutex::new(nic)), epoch: Arc::new(AtomicU64::new(0)) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, R> {
+        // Nothing holds the lock across a panic that is caught, so a
+        // poisoned lock still guards consistent backend state.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes "now" time 0 for every clone.
+    pub fn start_clock(&self) {
+        let now = self.lock().clock_ns();
+        self.epoch.store(now, Ordering::Relaxed);
+    }
+}
+
+impl<R: Rnic> Rnic for Shared<R> {
+    fn device_info(&self) -> DeviceInfo {
+        self.lock().device_info()
+    }
+    fn cross_channel(&self) -> CrossChannel {
+        self.lock().cross_channel()
+    }
+    fn port_info(&self) -> PortInfo {
+        self.lock().port_info()
+    }
+    fn clock_ns(&self) -> u64 {
+        self.lock().clock_ns().saturating_sub(self.epoch.load(Ordering::Relaxed))
+    }
+    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
+        self.lock().alloc_pd()
+    }
+    fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
+        self.lock().reg_mr(pd, len, access)
+    }
+    fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
+        self.lock().dereg_mr(mr)
+    }
+    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
+        self.lock().write_mr(mr, offset, data)
+    }
+    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
+        self.lock().read_mr(mr, offset, out)
+    }
+    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
+        self.lock().create_cq(attr)
+    }
+    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
+        self.lock().destroy_cq(cq)
+    }
+    fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
+        self.lock().create_qp(pd, attr)
+    }
+    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
+        self.lock().modify_qp(qp, transition)
+    }
+    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
+        self.lock().qp_state(qp)
+    }
+    fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
+        self.lock().destroy_qp(qp)
+    }
+    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        self.lock().post_send(qp, wrs)
+    }
+    fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        self.lock().post_recv(qp, wrs)
+    }
+    fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
+        self.lock().poll_cq(cq, out)
+    }
+}
+
+/// Where a live run's peers are.
+pub enum Peers<P: Rnic + Clone> {
+    /// On this host, on this NIC (a second context of the device in
+    /// loopback; the simulator's other host in tests).
+    Local(P),
+    /// On the other host, reached through this connection.
+    Remote(OobConn),
+}
+
+fn access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
+}
+
+/// A tenant's buffer at the peer: `size` bytes, twice for a ping-pong.
+fn peer_buf(spec: &TenantSpec) -> usize {
+    if spec.kind == Kind::Lat {
+        2 * spec.size as usize
+    } else {
+        spec.size as usize
+    }
+}
+
+/// Where a tenant's requests land at the peer (a ping-pong writes into
+/// the second half) and where replies land at the client.
+fn target_offset(spec: &TenantSpec) -> usize {
+    if spec.kind == Kind::Lat {
+        spec.size as usize
+    } else {
+        0
+    }
+}
+
+fn peer_side<P: Rnic>(nic: P, spec: &TenantSpec) -> Result<Side<P>, RnicError> {
+    Side::new(nic, spec.qps as usize, peer_buf(spec), spec.tc, spec.depth.clamp(16, 4096))
+}
+
+fn remote_of(c: &ConnInfo) -> RemoteAddr {
+    RemoteAddr { addr: c.addr, rkey: c.rkey }
+}
+
+fn seed_of(sc: &Scenario, spec: &TenantSpec) -> u64 {
+    spec.name.bytes().fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Spins `apps` until `clock` reaches `until_ns`.
+fn spin(apps: &mut [&mut dyn App], clock: &dyn Rnic, until_ns: u64) -> anyhow::Result<()> {
+    while clock.clock_ns() < until_ns {
+        let mut did = false;
+        for a in apps.iter_mut() {
+            did |= a.poll()?;
+        }
+        if !did {
+            // Nothing to do this pass: let another thread of this process
+            // run (returns at once when none waits for the core).
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
+/// Runs `sc` with the dataplane (and the tenants) on `nic` and the peers
+/// as `peers` say, in real time on `nic`'s clock.
+pub fn run_live<R: Rnic, P: Rnic + Clone>(
+    sc: &Scenario,
+    policy: &str,
+    nic: R,
+    mut peers: Peers<P>,
+) -> anyhow::Result<Report> {
+    let host = PolicyHost::load(policy).with_context(|| {
+        format!("policy {policy:?}: not loadable (a built-in name, wasm:NAME or a .wasm file; see `perf-runner policy list`)")
+    })?;
+    let nic = Shared::new(nic);
+    let mut dp = Dataplane::new(nic.clone(), host, DataplaneConfig::default())?;
+    let warm = (sc.warmup_ms * 1e6) as u64;
+    let end = (sc.duration_ms * 1e6) as u64;
+    let bucket = bucket_ns(sc);
+    // Per tenant: its handle, region, and (local peers) its side.
+    let mut setups = Vec::new();
+    let mut local = Vec::new();
+    let mut remote_peer = Vec::new();
+    for spec in &sc.tenants {
+        let handle = dp.add_tenant(&spec.name, spec.weight)?;
+        let t = handle.id;
+        let mr = dp.reg_mr(t, peer_buf(spec))?;
+        let mut eps = Vec::new();
+        for _ in 0..spec.qps {
+            eps.push(dp.create_qp(t, spec.tc)?);
+        }
+        match &mut peers {
+            Peers::Local(pnic) => {
+                let mut side = peer_side(pnic.clone(), spec)?;
+                for (i, (index, ep)) in eps.iter().enumerate() {
+                    let peer_qp = side.qps[i];
+                    dp.connect_qp(t, *index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
+                    connect::bring_up(&mut side.nic, peer_qp.handle, *ep, access())?;
+                }
+                let target = side.mr.remote(target_offset(spec));
+                local.push(PeerApp::new(spec, side, mr.remote(spec.size as usize)));
+                setups.push((handle, mr, vec![target; spec.qps as usize]));
+            }
+            Peers::Remote(_) => {
+                let reply = mr.remote(spec.size as usize);
+                for (_, ep) in &eps {
+                    remote_peer.push(ConnInfo { lid: 0, endpoint: *ep, rkey: reply.rkey, addr: reply.addr });
+                }
+                setups.push((handle, mr, Vec::new()));
+            }
+        }
+    }
+    if let Peers::Remote(conn) = &mut peers {
+        let theirs = conn.exchange(&remote_peer).context("swapping QP endpoints with the serving host")?;
+        if theirs.len() != remote_peer.len() {
+            anyhow::bail!(
+                "the serving host has {} QPs for this scenario, this host {}: do both load the same scenario file?",
+                theirs.len(),
+                remote_peer.len()
+            );
+        }
+        let mut it = theirs.iter();
+        for (spec, (handle, _, remotes)) in sc.tenants.iter().zip(setups.iter_mut()) {
+            for index in 0..spec.qps {
+                let Some(c) = it.next() else { break };
+                dp.connect_qp(handle.id, index, c.endpoint)?;
+                remotes.push(remote_of(c));
+            }
+        }
+        conn.barrier().context("waiting for the serving host's QPs to reach RTS")?;
+    }
+    let mut tenants = Vec::new();
+    for (spec, (handle, mr, remotes)) in sc.tenants.iter().zip(setups) {
+        let setup = TenantSetup {
+            window: (warm, end),
+            duration_ns: end,
+            seed: seed_of(sc, spec),
+            bucket_ns: bucket,
+            interval_ns: None,
+        };
+        tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, nic.clone(), &setup));
+    }
+    tracing::info!(policy, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, "live run starts");
+    nic.start_clock();
+    {
+        let mut apps: Vec<&mut dyn App> = Vec::new();
+        for t in tenants.iter_mut() {
+            apps.push(t);
+        }
+        apps.push(&mut dp);
+        for p in local.iter_mut() {
+            apps.push(p);
+        }
+        spin(&mut apps, &nic, end).context("the run failed")?;
+    }
+    if let Peers::Remote(conn) = &mut peers {
+        conn.barrier().context("the final barrier with the serving host")?;
+    }
+    let reports: Vec<TenantReport> = tenants
+        .into_iter()
+        .map(|t| {
+            let (name, group, result) = t.into_result();
+            TenantReport::new(&name, &group, result)
+        })
+        .collect();
+    let dataplane = dp.counters();
+    let policy_counters = dp.policy().counters;
+    Ok(Report {
+        config: policy.to_string(),
+        scenario: String::new(),
+        policy: policy.to_string(),
+        hw: format!("{} ({:?})", dp.nic().device_info().name, dp.nic().cross_channel()),
+        tenants: reports,
+        // A real NIC's wire counters are not read (ethtool / port counters
+        // are outside libibverbs): only the tenants' own figures.
+        rnic: RnicReport { utilization: 0.0, wire_payload_gbps: 0.0, sched_turns: 0, ctrl_wqes: 0 },
+        cost: CostReport::new(&dataplane, &policy_counters),
+        dataplane,
+        policy_counters,
+        policy_log: PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() },
+        nic_timeline: NicTimeline::new(bucket),
+        duration_ns: end,
+        realtime: None,
+    })
+}
+
+/// The serving side of a two-host run: the scenario's peers on `nic` for
+/// the client that connects to `listener`, until the scenario's end.
+pub fn serve<P: Rnic>(sc: &Scenario, nic: P, listener: &TcpListener) -> anyhow::Result<()> {
+    let clock = Shared::new(nic);
+    let mut sides = Vec::new();
+    let mut mine = Vec::new();
+    for spec in &sc.tenants {
+        let side = peer_side(clock.clone(), spec)?;
+        let target = side.mr.remote(target_offset(spec));
+        for qp in &side.qps {
+            let endpoint = connect::endpoint(&side.nic, qp.qp_num);
+            mine.push(ConnInfo { lid: 0, endpoint, rkey: target.rkey, addr: target.addr });
+        }
+        sides.push(side);
+    }
+    let at = listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string());
+    eprintln!("serving {} tenants' peers on {at}; waiting for the client (--peer)", sc.tenants.len());
+    let mut conn = OobConn::accept(listener, OOB_TIMEOUT).context("waiting for the client")?;
+    let theirs = conn.exchange(&mine).context("swapping QP endpoints with the client")?;
+    if theirs.len() != mine.len() {
+        anyhow::bail!(
+            "the client has {} QPs for this scenario, this host {}: do both load the same scenario file?",
+            theirs.len(),
+            mine.len()
+        );
+    }
+    let mut it = theirs.iter();
+    let mut peers = Vec::new();
+    for (spec, mut side) in sc.tenants.iter().zip(sides) {
+        let mut reply = RemoteAddr { addr: 0, rkey: 0 };
+        for i in 0..side.qps.len() {
+            let Some(c) = it.next() else { break };
+            let qp = side.qps[i];
+            connect::bring_up(&mut side.nic, qp.handle, c.endpoint, access())?;
+            reply = remote_of(c);
+        }
+        peers.push(PeerApp::new(spec, side, reply));
+    }
+    // Post the receives (SEND receivers prime on their first poll) before
+    // the client may send, as perftest does, so that no SEND meets an
+    // empty receive queue (RNR retries) at the start.
+    for p in peers.iter_mut() {
+        p.poll()?;
+    }
+    conn.barrier().context("waiting for the client's QPs to reach RTS")?;
+    clock.start_clock();
+    let mut apps: Vec<&mut dyn App> = peers.iter_mut().map(|p| p as &mut dyn App).collect();
+    spin(&mut apps, &clock, (sc.duration_ms * 1e6) as u64 + SERVE_GRACE_NS).context("serving failed")?;
+    conn.barrier().context("the final barrier with the client")?;
+    eprintln!("served {} tenants' peers for {} ms", sc.tenants.len(), sc.duration_ms);
+    Ok(())
+}
+
+/// `run --backend verbs`: opens the device (a clear error naming the
+/// device and what this machine has if it cannot) and runs `sc` in `mode`.
+/// Returns `None` on the serving side (the client reports).
+pub fn run_verbs(sc: &Scenario, policy: &str, device: &str, mode: &LiveMode) -> anyhow::Result<Option<Report>> {
+    let open = || open_verbs(device).with_context(|| format!("--backend verbs --device {device}"));
+    match mode {
+        LiveMode::Loopback => {
+            let nic = open()?;
+            // A second context of the same device for the peers.
+            let peers = Shared::new(open()?);
+            run_live(sc, policy, nic, Peers::Local(peers)).map(Some)
+        }
+        LiveMode::Client(addr) => {
+            let nic = open()?;
+            let conn = OobConn::connect(addr.as_str(), OOB_TIMEOUT)
+                .with_context(|| format!("--peer {addr}: connecting to the serving host"))?;
+            run_live::<_, Shared<Box<dyn Rnic>>>(sc, policy, nic, Peers::Remote(conn)).map(Some)
+        }
+        LiveMode::Serve(port) => {
+            let nic = open()?;
+            let listener =
+                TcpListener::bind(("0.0.0.0", *port)).with_context(|| format!("--serve {port}: listening"))?;
+            serve(sc, nic, &listener)?;
+            Ok(None)
+        }
+    }
+}
+
+/// `perf-runner run` with `--backend verbs`: the flags the simulator
+/// alone has are refused, then the run is printed and written like a
+/// simulated one.
+#[allow(clippy::too_many_arguments)]
+pub fn run_cmd(
+    path: &std::path::Path,
+    sc: &Scenario,
+    policy: &str,
+    direct: bool,
+    hw: &str,
+    alone: bool,
+    swap_at: &[String],
+    out: &crate::output::OutputArgs,
+    device: &str,
+    mode: &LiveMode,
+) -> anyhow::Result<()> {
+    if hw != "rr" {
+        anyhow::bail!(
+            "--hw {hw}: a real NIC's traffic-class scheduler is set outside PeRF-rs (mlnx_qos, dcb; docs/hardware.md)"
+        );
+    }
+    if alone || !swap_at.is_empty() {
+        anyhow::bail!("--alone and --swap-at run only on the simulator (--backend sim)");
+    }
+    let policy = if direct { "passthrough" } else { policy };
+    let Some(mut report) = run_verbs(sc, policy, device, mode)? else { return Ok(()) };
+    report.scenario = path.display().to_string();
+    if !out.quiet {
+        print!("{}", report.table());
+        print!("{}", report.policy_log.table());
+    }
+    let runs = [report];
+    out.write_files(&runs, None)?;
+    if let Some(p) = &out.json {
+        std::fs::write(p, serde_json::to_string_pretty(&runs[0])?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perf_dataplane::rnic::host_only::HostOnly;
+    use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric};
+
+    /// WRITE bandwidth on two QPs, a WRITE ping-pong, SEND bandwidth.
+    const SCENARIO: &str = "duration_ms = 40\nwarmup_ms = 5\nseed = 3\n\
+        [[tenant]]\nname = 'bulk'\nkind = 'bw'\nop = 'write'\nsize = 65536\nqps = 2\ndepth = 8\n\
+        [[tenant]]\nname = 'pingpong'\nkind = 'lat'\nop = 'write'\nsize = 64\n\
+        [[tenant]]\nname = 'sends'\nkind = 'bw'\nop = 'send'\nsize = 4096\ndepth = 16\n";
+
+    fn check(report: &Report) {
+        assert_eq!(report.tenants.len(), 3);
+        for t in &report.tenants {
+            assert!(t.completed > 0, "{} completed nothing", t.name);
+            assert_eq!(t.errors, 0, "{} had error completions", t.name);
+        }
+        assert!(report.dataplane.completions > 0);
+    }
+
+    #[test]
+    fn backend_flags_are_checked() {
+        let sim = BackendArgs::default();
+        assert_eq!(sim.live().expect("sim"), None);
+        let e = BackendArgs { device: Some("rxe0".into()), ..BackendArgs::default() }.live().expect_err("sim + device");
+        assert!(e.to_string().contains("--backend verbs"), "{e}");
+        let verbs = BackendArgs { backend: Backend::Verbs, ..BackendArgs::default() };
+        assert!(verbs.live().expect_err("no device").to_string().contains("--device NAME"));
+        let dev = |peer: Option<&str>, serve| BackendArgs {
+            backend: Backend::Verbs,
+            device: Some("rxe0".into()),
+            peer: peer.map(String::from),
+            serve,
+        };
+        assert_eq!(dev(None, None).live().expect("ok"), Some(("rxe0".into(), LiveMode::Loopback)));
+        assert_eq!(dev(Some("h:1"), None).live().expect("ok"), Some(("rxe0".into(), LiveMode::Client("h:1".into()))));
+        assert_eq!(dev(None, Some(7)).live().expect("ok"), Some(("rxe0".into(), LiveMode::Serve(7))));
+    }
+
+    #[test]
+    fn a_missing_device_fails_clearly() {
+        let sc = Scenario::parse(SCENARIO).expect("scenario");
+        let e = run_verbs(&sc, "perf", "perf-rs-no-such-device", &LiveMode::Loopback).expect_err("no such device");
+        let text = format!("{e:#}");
+        assert!(
+            text.contains("--device perf-rs-no-such-device") && text.contains("\"perf-rs-no-such-device\""),
+            "{text}"
+        );
+    }
+
+    /// The live loop in loopback mode, with the simulator (wall clock) as
+    /// the device and its cross-channel hidden, as on upstream rdma-core.
+    #[test]
+    fn the_live_loop_runs_a_scenario_in_loopback() {
+        let sc = Scenario::parse(SCENARIO).expect("scenario");
+        let f = SimFabric::new(RnicProfile::cx6_100g(), 2, 1, ClockMode::Wall);
+        let nic = HostOnly::new(f.nic(0), CrossChannel::HostGated);
+        let report = run_live(&sc, "perf", nic, Peers::Local(f.nic(1))).expect("live run");
+        check(&report);
+        assert!(report.hw.contains("HostGated"), "{}", report.hw);
+    }
+
+    /// Two-host mode: the serving side on one thread, the client on this
+    /// one, over a TCP connection on localhost.
+    #[test]
+    fn two_hosts_swap_endpoints_and_run() {
+        let sc = Scenario::parse(SCENARIO).expect("scenario");
+        let f = SimFabric::new(RnicProfile::cx6_100g(), 2, 1, ClockMode::Wall);
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (server_sc, server_nic) = (sc.clone(), f.nic(1));
+        let server = std::thread::spawn(move || serve(&server_sc, server_nic, &listener));
+        let conn = OobConn::connect(addr, OOB_TIMEOUT).expect("connect");
+        // Cross-channel hidden as in loopback (the simulator's in-NIC
+        // zero-weight WAITs cost it many events in wall-clock mode).
+        let nic = Napping(HostOnly::new(f.nic(0), CrossChannel::HostGated));
+        let report = run_live::<_, SimRnic>(&sc, "perf", nic, Peers::Remote(conn)).expect("client run");
+        server.join().expect("server thread").expect("server");
+        check(&report);
+    }
+
+    use perf_dataplane::rnic::sim::SimRnic;
+
+    /// The client's NIC in the two-host test: sleeps briefly on every
+    /// clock read. Both threads share one wall-clock simulator behind one
+    /// lock, which a thread spinning on it can hold nearly all the time;
+    /// the naps let the serving thread in. (Two real hosts share nothing.)
+    struct Napping(HostOnly<SimRnic>);
+
+    impl Rnic for Napping {
+        fn device_info(&self) -> DeviceInfo {
+            self.0.device_info()
+        }
+        fn cross_channel(&self) -> CrossChannel {
+            self.0.cross_channel()
+        }
+        fn port_info(&self) -> PortInfo {
+            self.0.port_info()
+        }
+        fn clock_ns(&self) -> u64 {
+            std::thread::sleep(Duration::from_micros(20));
+            self.0.clock_ns()
+        }
+        fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
+            self.0.alloc_pd()
+        }
+        fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
+            self.0.reg_mr(pd, len, access)
+        }
+        fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
+            self.0.dereg_mr(mr)
+        }
+        fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
+            self.0.write_mr(mr, offset, data)
+        }
+        fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
+            self.0.read_mr(mr, offset, out)
+        }
+        fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
+            self.0.create_cq(attr)
+        }
+        fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
+            self.0.destroy_cq(cq)
+        }
+        fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
+            self.0.create_qp(pd, attr)
+        }
+        fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
+            self.0.modify_qp(qp, transition)
+        }
+        fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
+            self.0.qp_state(qp)
+        }
+        fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
+            self.0.destroy_qp(qp)
+        }
+        fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+            self.0.post_send(qp, wrs)
+        }
+        fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+            self.0.post_recv(qp, wrs)
+        }
+        fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
+            self.0.poll_cq(cq, out)
+        }
+    }
+}
