@@ -8,10 +8,19 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command as Std, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value;
+
+/// One real-time run at a time: two dataplanes spinning on the same pinned
+/// core (with their tenant threads) on a small machine starve each other.
+static REALTIME: Mutex<()> = Mutex::new(());
+
+fn realtime_slot() -> MutexGuard<'static, ()> {
+    REALTIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn bin() -> Command {
     let mut c = Command::cargo_bin("perf-runner").expect("the perf-runner binary");
@@ -47,6 +56,7 @@ fn ok(sock: &Path, args: &[&str]) -> String {
 
 #[test]
 fn a_live_swap_over_the_control_socket_shows_in_stats_and_in_the_report() {
+    let _slot = realtime_slot();
     let d = scratch("live");
     let (sc, sock, json, plots) = (d.join("sc.toml"), d.join("ctl.sock"), d.join("r.json"), d.join("plots"));
     std::fs::write(
@@ -181,6 +191,7 @@ fn plots_mark_policy_swaps() {
 /// policy, and the report says so.
 #[test]
 fn a_watched_policy_file_that_changes_is_swapped_to() {
+    let _slot = realtime_slot();
     let d = scratch("watch");
     let (sc, json, watched) = (d.join("sc.toml"), d.join("r.json"), d.join("p.wasm"));
     std::fs::write(&sc, "duration_ms = 600\nwarmup_ms = 10\n[[tenant]]\nname = 'B'\nkind = 'bw'\nsize = 4096\n")
