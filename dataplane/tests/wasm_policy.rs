@@ -44,6 +44,7 @@ fn stats(n: usize, round: u64) -> Vec<TenantStats> {
                 bytes: next() % 1_000_000,
                 mean_latency_ns: next() % 100_000,
                 weight: 1,
+                p99_latency_ns: (next() % 200_000) as u32,
             }
         })
         .collect()

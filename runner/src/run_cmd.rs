@@ -128,7 +128,9 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
     let fabric = SimFabric::new(profile.clone(), 2, sc.seed, ClockMode::Virtual);
     fabric.set_tc_scheduler(0, hw.clone());
     fabric.set_tc_scheduler(1, hw.clone());
-    let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::default())?;
+    // Thousands of QPs (exp6) get shallower queues than the default, not a refusal.
+    let qps: usize = sc.tenants.iter().map(|t| t.qps as usize).sum();
+    let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::for_qps(qps))?;
     let warm = (sc.warmup_ms * 1e6) as u64;
     let end = (sc.duration_ms * 1e6) as u64;
     let bucket = bucket_ns(sc);
