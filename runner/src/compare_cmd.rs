@@ -163,8 +163,10 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
     let _ =
         writeln!(s, "no CPU time, so the loop's work is counted); alone:GROUP: that tenant group alone, passthrough");
     let cw = 36;
-    let mut head1 = format!("{:<18}", "");
-    let mut head2 = format!("{:<18}", "config");
+    // The config column fits the longest name (policies with parameters).
+    let w = runs.iter().map(|r| r.config.len() + 1).max().unwrap_or(0).max(18);
+    let mut head1 = format!("{:<w$}", "");
+    let mut head2 = format!("{:<w$}", "config");
     for g in &groups {
         let _ = write!(head1, " {:<cw$}", g);
         let _ = write!(head2, " {:>7} {:>8} {:>9} {:>9}", "Gb/s", "Mmsg/s", "mean", "p99");
@@ -173,7 +175,7 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
     let _ = writeln!(s, "{}", head1.trim_end());
     let _ = writeln!(s, "{head2}");
     for r in runs {
-        let mut line = format!("{:<18}", r.config);
+        let mut line = format!("{:<w$}", r.config);
         let gs = r.groups();
         for g in &groups {
             match gs.iter().find(|t| &t.group == g) {

@@ -88,7 +88,7 @@ impl Default for SloParams {
     fn default() -> Self {
         SloParams {
             perf: PerfParams { tick_interval_ns: 500_000, ..PerfParams::default() },
-            target_ns: 3000,
+            target_ns: 4000,
             signal: Signal::P99,
             margin: 0.1,
             hold_ticks: 2,
