@@ -75,16 +75,19 @@ fn first_invalid<T>(what: &str, records: &[T], validate: impl Fn(&T) -> Result<(
     }
 }
 
+/// A run-time parameter of a policy: key and value, as text.
+pub type Param<'a> = (&'a str, &'a str);
+
 /// Splits a policy spec into the policy (a built-in name, `wasm:NAME` or a
 /// `.wasm` path) and its run-time parameters: `perf:max_active_qps=2,
 /// quantum_requests=64` is `perf` with two parameters. The parameters are
 /// what follows the last `:` when it holds a `=`; each is `key=value`
 /// with a non-empty key, and a key may appear once.
-pub fn split_params(spec: &str) -> Result<(&str, Vec<(&str, &str)>), LoadError> {
+pub fn split_params(spec: &str) -> Result<(&str, Vec<Param<'_>>), LoadError> {
     let Some((base, tail)) = spec.rsplit_once(':').filter(|(_, t)| t.contains('=')) else {
         return Ok((spec, Vec::new()));
     };
-    let mut params: Vec<(&str, &str)> = Vec::new();
+    let mut params: Vec<Param<'_>> = Vec::new();
     for item in tail.split(',') {
         let bad = |why: &str| LoadError::Param { policy: base.into(), param: item.into(), why: why.into() };
         let (k, v) = item.split_once('=').ok_or_else(|| bad("expected key=value"))?;
@@ -182,7 +185,7 @@ impl PolicyHost {
 
     /// Sets run-time parameters in order (before the first tenant); the
     /// first refused is the error, naming `label`, the parameter and why.
-    pub fn set_params(&mut self, label: &str, params: &[(&str, &str)]) -> Result<(), LoadError> {
+    pub fn set_params(&mut self, label: &str, params: &[Param<'_>]) -> Result<(), LoadError> {
         for (key, value) in params {
             let err = |why: String| LoadError::Param { policy: label.into(), param: format!("{key}={value}"), why };
             let refused = match &mut self.policy {

@@ -221,6 +221,9 @@ struct HostState {
     log: Vec<String>,
 }
 
+/// `perf_set_param(key_len, value_len) -> i32` (ABI 1.2).
+type SetParam = TypedFunc<(i32, i32), i32>;
+
 struct Hooks {
     init: TypedFunc<(), i32>,
     on_tenant: TypedFunc<(i32, i32, i32), ()>,
@@ -240,7 +243,7 @@ pub struct WasmPolicy {
     /// The pacing buffer (ABI 1.1, optional export).
     pacing_ptr: Option<usize>,
     /// The params buffer and `perf_set_param` (ABI 1.2, optional exports).
-    params: Option<(usize, TypedFunc<(i32, i32), i32>)>,
+    params: Option<(usize, SetParam)>,
     max_tenants: usize,
     name: String,
     abi_version: (u16, u16),

@@ -193,7 +193,7 @@ impl PerfParams {
             "split_threshold" => self.split_threshold = parse_param(value)?,
             "chunk_bytes" => {
                 let c: u32 = parse_param_min(value, limits::MIN_CHUNK)?;
-                if c > limits::MAX_CHUNK || c % 64 != 0 {
+                if c > limits::MAX_CHUNK || !c.is_multiple_of(64) {
                     return Err(ParamError::BadValue);
                 }
                 self.chunk_bytes = c;
