@@ -214,10 +214,10 @@ PeRF's `chunk / 1 KB`; with no delay-sensitive tenant the plans are PeRF's.
 alternates between 92 and 101 because 1 MB completions fall 11 or 12 to a
 ms; the p99 column is the exact p99 of the ms, from the test's own
 samples). It leaves PeRF's (16 KB, 16) in the first ms and relaxes to
-(16 KB, 1) by 5 ms; there D's p99 comes up to the 4 us target, a probe
-one step further fails, and it settles at (16 KB, 1) and (16 KB, 2) with
-the p99 at the target. It reacts only to a tick over the target, so it
-touches it: the test `slo_converges` checks that it ends looser than
+(16 KB, 1) by 5 ms, where D's p99 comes up to the 4 us target; a tick
+over it (20 ms) steps back to (16 KB, 2) for the back-off, and it returns
+to (16 KB, 1) at 31 ms: it settles on the two settings around the target.
+It reacts only to a tick over the target, so it touches it: the test `slo_converges` checks that it ends looser than
 PeRF's setting, that the last 15 ms keep one setting for at least 12 ms,
 and that every one of the last 10 ms has its p99 within the target plus
 the histogram's 1/16:

@@ -25,7 +25,9 @@ pub struct Args {
     /// The scenario file (TOML; see docs/scenarios.md).
     scenario: PathBuf,
     /// Scheduling policy: a built-in name, `wasm:NAME` for an embedded wasm
-    /// module, or the path of a policy `.wasm` file (`perf-runner policy list`).
+    /// module, or the path of a policy `.wasm` file (`perf-runner policy list`),
+    /// optionally with run-time parameters: `perf:max_active_qps=4,quantum_requests=64`
+    /// (docs/policies.md lists each policy's keys).
     #[arg(long, default_value = "passthrough")]
     policy: String,
     /// Hardware traffic-class scheduling of the simulated NIC: `rr`
