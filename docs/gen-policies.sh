@@ -218,7 +218,7 @@ samples). It leaves PeRF's (16 KB, 16) in the first ms and relaxes to
 over it (20 ms) steps back to (16 KB, 2) for the back-off, and it returns
 to (16 KB, 1) at 31 ms: it settles on the two settings around the target.
 It reacts only to a tick over the target, so it touches it: the test `slo_converges` checks that it ends looser than
-PeRF's setting, that the last 15 ms keep one setting for at least 12 ms,
+PeRF's setting, that the last 15 ms use at most two adjacent settings,
 and that every one of the last 10 ms has its p99 within the target plus
 the histogram's 1/16:
 
