@@ -259,8 +259,12 @@ p99 rises to 5.4 us and, unexpectedly, the NIC's utilization drops to
 0.87-0.90 (B 81.5-85.7 Gb/s): the larger single-WR chunks leave the send
 queue short of work between refills at these settings, which is a
 dataplane refill effect, not a policy decision, and is left as a
-follow-up. With `signal=mean` (the earlier law) it stays near PeRF's
-setting (D p99 2.00 us, 33.9 WQEs per message).
+follow-up. With `signal=mean` at the same 4 us target (a looser law: the
+mean sits below the tail) it relaxes further and meets the acceptance
+literally: D's p99 2.12 us, within 3 us, and B 97.64 Gb/s, one more 1 MB
+message than `perf` in the window (+0.16 Gb/s, the window's resolution),
+at 14.5 WQEs per message. The default stays `p99`, the figure the target
+is about; how much the mean undershoots the tail depends on the load.
 
 ```
 $ perf-runner compare runner/scenarios/paper/exp1.toml --no-alone --policies perf,slo,slo:signal=mean,slo:target_ns=2000,slo:target_ns=3000,slo:target_ns=5000,slo:target_ns=6000
