@@ -33,6 +33,28 @@ that the acceptance tests run: 20 ms windows after 5 ms of warm-up).
 | `weighted` | PeRF with bandwidth in proportion to tenant weights, work-conserving | beyond the paper |
 | `slo` | PeRF with chunk size and zero-weight WRs adapted online to a latency target | beyond the paper (the paper tunes both by hand) |
 
+**Run-time parameters.** Every parameter in the tables below can be set
+for one run, without rebuilding, by its name after the policy:
+`--policy NAME:key=value,key=value` (also `wasm:NAME:...`, a `.wasm`
+path followed by `:...`, each entry of `compare --policies`, and
+`--swap-at MS=NAME:...`), for example
+`perf-runner compare runner/scenarios/paper/exp5.toml --policies
+perf:max_active_qps=1,perf:max_active_qps=8`. The dataplane creates the
+policy, then calls `Policy::set_param(key, value)` for each, in order,
+before the first tenant (a wasm module of ABI 1.2 gets the same call
+through `perf_set_param`, [policy-abi.md](policy-abi.md)); values are text
+the policy parses (integers may use `_`). An unknown key, a value that
+does not parse or is out of range (a chunk that is not a 64 B granule of
+1 KiB to 1 GiB, a tick under 10 us, a cap of 0, quanta that would never
+rotate a capped QP, ...), a key given twice, or any parameter for a
+policy without parameters (`passthrough`, a wasm module older than 1.2)
+stops the command before it runs, naming the policy, the `key=value`
+and why:
+
+    $ perf-runner run runner/scenarios/paper/exp1.toml --policy perf:max_active_qps=0
+    error: policy "perf:max_active_qps=0": not loadable ...
+      caused by: policy "perf": parameter `max_active_qps=0`: "0" is not a valid value of `max_active_qps`
+
 Pacing (`justitia`, PeRF's token bucket, time slicing) is the dataplane's
 per-tenant token bucket of ABI 1.1 (`Policy::on_pacing`,
 [policy-abi.md](policy-abi.md)): data WQEs wait in software until the
@@ -50,7 +72,7 @@ PeRF as published (`policies/common/src/perf.rs`, `PerfParams`):
 | `split_threshold` | 1024 B | messages this large are split |
 | `chunk_bytes` | 16 KB | SUB_MSG_SIZE |
 | `zero_weight_unit` | 1 KB | 0_WAIT_UNIT: `chunk / unit` zero-weight WRs per chunk while a delay- or message-sensitive tenant is active |
-| `qp_cap` | `Fixed(2)` | active QPs per tenant, or `Formula`: `max_qps_limit = min(QPS_CAPA, fu)`, `fu = (LINK_BW x 0.7 / (avg_msg x 8)) / (MSG_RATE / 1000)` with LINK_BW 100000 Mb/s, MSG_RATE 12400, QPS_CAPA 9 |
+| `max_active_qps` | 2 | active QPs per tenant (`qp_cap`), or `formula`: `max_qps_limit = min(QPS_CAPA, fu)`, `fu = (LINK_BW x 0.7 / (avg_msg x 8)) / (MSG_RATE / 1000)`; its constants are `formula_link_mbps` (100000 Mb/s), `formula_utilization` (0.7), `formula_msg_rate_kpps` (12400), `formula_qps_capa` (9), settable after `max_active_qps=formula` |
 | `allowed_set_interval_ns` | 10 ms | how often the caps (allowed sets) are recomputed; membership rotates by the quanta below |
 | `quantum_requests`, `quantum_bytes`, `quantum_ns` | 128, 1,024,000 B, 1000 us | rotation of an active QP (in-NIC hand-off through the tenant's control QP) |
 | `slice_above`, `slice_ns` | 4, 100 ms | more than 4 bandwidth tenants with an active sensitive one: one bandwidth tenant at a time (the others paused), rotating every 100 ms |
@@ -150,19 +172,31 @@ tenants.
 
 | parameter | default | meaning |
 |---|---|---|
-| `target_ns` | 3 us | target of the delay-sensitive tenants' mean post-to-completion latency, per tick |
+| `target_ns` | 4 us | target of the delay-sensitive tenants' post-to-completion latency per tick (the figure `signal` picks) |
+| `signal` | `p99` | `p99`: the largest per-tick p99 among them (`TenantStats::p99_latency_ns`, ABI 1.2); `mean`: their per-tick mean |
 | `margin` | 0.1 | relax only below `target x 0.9` |
 | `hold_ticks` | 2 | good ticks in a row before one step toward throughput |
 | `backoff_ns`, `max_backoff_ns` | 4 ms, 64 ms | how long a violated level stays forbidden |
-| `perf` | PeRF's defaults, tick 500 us | the mechanism underneath; its tick is the control period |
+| PeRF's keys | PeRF's defaults, `tick_interval_ns` 500 us | the mechanism underneath; its tick is the control period |
+
+**The signal.** Each tick the dataplane hands the policy, per tenant, the
+99th percentile of the tick's completion latencies (post to completion,
+from a log-linear histogram of 8 buckets per octave filled as completions
+are delivered: within 1/16 of the value, O(1) per completion, no
+allocation; `dataplane/src/engine/tail.rs`). A 500 us tick of a 16 B
+ping-pong holds a few hundred completions, so the per-tick p99 is a tail
+figure, not the maximum. The target is in the dataplane's units: the post
+to completion of a WRITE is a full round trip (the ACK comes back), where
+the runner's latency of a ping-pong is half the round trip. 4 us of the
+former is what keeps D's p99 of the latter under the issue's 3 us in
+experiment 1 (the sweep below).
 
 **Control law.** The two knobs move together along a ladder ordered from
 the strongest isolation (and the highest cost to bulk tenants: more WQEs,
 more NIC turns without data) to the weakest: (4 KB, 16), (8 KB, 16),
 PeRF's (16 KB, 16), (16 KB, 8), (16 KB, 4), (16 KB, 2), (16 KB, 1),
 (32 KB, 1), ..., (1 MB, 1). It starts at PeRF's setting. Every tick with a
-delay-sensitive tenant active, with `L` their mean post-to-completion
-latency over the tick and `T` the target:
+delay-sensitive tenant active, with `L` the signal and `T` the target:
 - `L > T`: one step toward isolation at once; the level left becomes a
   ceiling for the back-off time, which doubles (to 64 ms) when the
   violation follows a step up within `2 x hold_ticks` ticks (a failed
@@ -178,10 +212,15 @@ PeRF's `chunk / 1 KB`; with no delay-sensitive tenant the plans are PeRF's.
 **Converging.** A 1 MB bulk tenant (128 outstanding) beside a sparse
 16 B WRITE tenant (one outstanding), one row per ms (the bulk Gb/s
 alternates between 92 and 101 because 1 MB completions fall 11 or 12 to a
-ms). It leaves PeRF's (16 KB, 16) in the first ms, reaches (16 KB, 1) by
-5 ms with the latency inside the band [0.9 T, T], and stays there; the test
-`slo_converges` checks that the last 15 ms keep one setting for at least
-12 ms and that the last 10 ms are within the target:
+ms; the p99 column is the exact p99 of the ms, from the test's own
+samples). It leaves PeRF's (16 KB, 16) in the first ms and relaxes to
+(16 KB, 1) by 5 ms, where D's p99 comes up to the 4 us target; a tick
+over it (20 ms) steps back to (16 KB, 2) for the back-off, and it returns
+to (16 KB, 1) at 31 ms: it settles on the two settings around the target.
+It reacts only to a tick over the target, so it touches it: the test `slo_converges` checks that it ends looser than
+PeRF's setting, that the last 15 ms use at most two adjacent settings,
+and that every one of the last 10 ms has its p99 within the target plus
+the histogram's 1/16:
 
     cargo test --release -p perf-dataplane --test policy_suite slo_converges -- --nocapture
 
@@ -190,25 +229,49 @@ trajectory
 echo
 cat <<'HDR'
 
-**Experiment 1 against the issue's 3 us p99 target** (the runner's
-latency of a ping-pong is half the round trip; the policy controls the
-mean post-to-completion time, about a full round trip, against 3 us, a
-conservative mapping): `slo` keeps D's p99 at 2.04 us, within 3 us, and
-posts 290,672 zero-weight WRs against `perf`'s 311,152 (about 10 per
-chunk on average instead of 16: with a ping-pong beside it the
-controller relaxes less than with the sparse WRITEs of the trajectory
-above), but B's throughput is the
-same 97.31 Gb/s. The numbers say why: B gets 97.31 Gb/s under `perf`,
-under `slo` and under hardware strict priority alike, against 97.73 Gb/s
-alone; so the 0.42 Gb/s missing is not the policy's doing but D's own
-traffic on the wire (its 16 B WRITEs with their headers, and the ACKs,
-our reading), which no policy can give back. In this
-model a zero-weight WR costs a scheduler turn but no wire time, and
-PeRF's 16 KB chunks already keep the wire full, so PeRF's setting costs
-the bulk tenant nothing measurable here and there is no bandwidth for
-`slo` to win; what it buys is headroom: the same target met with fewer
-WQEs (less NIC and dataplane work), and a setting that follows the target
-when the load changes.
+**Experiment 1 against the issue's 3 us p99 target.** The acceptance asks
+`slo` to meet a 3 us p99 for D with more B throughput than `perf`'s
+defaults. It meets the target: D's p99 is 2.10 us (half round trip;
+`perf`: 1.46 us). It does not give B measurably more: B completes the
+same number of 1 MB messages in the window under both (97.48 Gb/s in
+`docs/results.md`, 50 ms window; 97.31 Gb/s below, 20 ms); the wire
+payload, which counts partly sent messages, is 97.62 Gb/s under `slo`
+against 97.56 Gb/s under `perf` (+0.06 Gb/s). The numbers say why no
+policy can do much better: B gets 97.98 Gb/s alone and 97.81 Gb/s beside
+D with no isolation at all, so `perf` leaves at most 0.5 Gb/s (0.5%) of B
+on the table, three 1 MB messages in 50 ms. In this model a zero-weight
+WR costs a scheduler turn and a WQE but no wire time, and 16 KB chunks
+already keep the wire full, so PeRF's hand-tuned setting costs the bulk
+tenant almost nothing here. What `slo` buys is the target met with half
+the work: 369,664 zero-weight WRs against `perf`'s 727,920 (24.4 WQEs per
+message against 34.6; `perf-runner run runner/scenarios/paper/exp1.toml
+--policy slo`, then `--policy perf`), spent only as far as D's tail
+needs.
+
+The target sweep (experiment 1, 50 ms window, `compare --no-alone`) shows
+the trade and one limit of the ladder. A tighter target than D's tail
+allows drives the controller to 4 KB chunks with 16 zero-weight WRs,
+which costs B real bandwidth (`target_ns=2000`: 28.7 Gb/s, NIC 0.31);
+`target_ns=3000` steered by the p99 lands at 60.4 Gb/s; 4000 (the
+default) keeps B at `perf`'s 97.48 Gb/s with D's p99 at 2.10 us. Looser
+targets (5000, 6000) let it relax to 32 KB and larger chunks, where D's
+p99 rises to 5.4 us and, unexpectedly, the NIC's utilization drops to
+0.87-0.90 (B 81.5-85.7 Gb/s): the larger single-WR chunks leave the send
+queue short of work between refills at these settings, which is a
+dataplane refill effect, not a policy decision, and is left as a
+follow-up. With `signal=mean` at the same 4 us target (a looser law: the
+mean sits below the tail) it relaxes further and meets the acceptance
+literally: D's p99 2.12 us, within 3 us, and B 97.64 Gb/s, one more 1 MB
+message than `perf` in the window (+0.16 Gb/s, the window's resolution),
+at 14.5 WQEs per message. The default stays `p99`, the figure the target
+is about; how much the mean undershoots the tail depends on the load.
+
+```
+$ perf-runner compare runner/scenarios/paper/exp1.toml --no-alone --policies perf,slo,slo:signal=mean,slo:target_ns=2000,slo:target_ns=3000,slo:target_ns=5000,slo:target_ns=6000
+HDR
+$R compare runner/scenarios/paper/exp1.toml --no-alone --policies perf,slo,slo:signal=mean,slo:target_ns=2000,slo:target_ns=3000,slo:target_ns=5000,slo:target_ns=6000 | tail -8
+cat <<'HDR'
+```
 
 HDR
 run run runner/scenarios/suite/exp1.toml --policy slo --alone

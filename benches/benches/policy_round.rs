@@ -38,6 +38,7 @@ fn stats() -> Vec<TenantStats> {
                 bytes: 100 * size,
                 mean_latency_ns: 5_000,
                 weight: 1,
+                p99_latency_ns: 8_000,
             }
         })
         .collect()

@@ -43,7 +43,8 @@ proptest! {
 
     /// Random workloads complete exactly once, in per-QP order, with their
     /// byte counts, never show a hidden completion, and move the right
-    /// bytes; under passthrough, perf and forced splitting with rotation.
+    /// bytes; under every built-in policy, perf with parameters, and forced
+    /// splitting with rotation.
     #[test]
     fn random_workloads_complete_exactly_once_in_order((qps, ops, seed) in case()) {
         for pol in [
@@ -53,6 +54,8 @@ proptest! {
             Pol::Named("justitia"),
             Pol::Named("weighted"),
             Pol::Named("slo"),
+            // Run-time parameters: one active QP per tenant, rotated after every request.
+            Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
         ] {
             run_case(&qps, &ops, seed, pol)?;
         }

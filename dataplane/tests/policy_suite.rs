@@ -33,6 +33,8 @@ struct Load {
     bytes: u64,
     done: u64,
     lat_ns: u64,
+    /// Post-to-completion latencies since the trajectory last took them.
+    window: Vec<u64>,
 }
 
 /// A dataplane on host 0 of a fabric pair with closed-loop tenants.
@@ -58,7 +60,19 @@ impl Bench {
         let peer = side.qps[0];
         self.dp.connect_qp(h.id, index, endpoint(&side.nic, peer.qp_num)).expect("connect_qp");
         bring_up(&mut side.nic, peer.handle, ep, access).expect("peer bring_up");
-        self.loads.push(Load { h, mr, side, size, depth, outstanding: 0, next_id: 0, bytes: 0, done: 0, lat_ns: 0 });
+        self.loads.push(Load {
+            h,
+            mr,
+            side,
+            size,
+            depth,
+            outstanding: 0,
+            next_id: 0,
+            bytes: 0,
+            done: 0,
+            lat_ns: 0,
+            window: Vec::new(),
+        });
     }
 
     fn now_ns(&self) -> u64 {
@@ -80,6 +94,7 @@ impl Bench {
                         l.bytes += c.byte_len as u64;
                         l.done += 1;
                         l.lat_ns += c.completed_ns - c.posted_ns;
+                        l.window.push(c.completed_ns - c.posted_ns);
                         did = true;
                     }
                     while l.outstanding < l.depth {
@@ -196,6 +211,8 @@ struct Row {
     zero_weight: u32,
     d_lat_ns: f64,
     b_gbps: f64,
+    /// D's p99 post-to-completion latency over the ms, ns.
+    d_p99_ns: f64,
 }
 
 /// Runs `slo` with a 1 MB bulk tenant (128 outstanding) beside a sparse
@@ -211,7 +228,11 @@ fn slo_trajectory(ms: u64) -> Vec<Row> {
         let now = b.totals();
         let plan = b.dp.plans()[0];
         let (dn, dl) = (now[1].1 - last[1].1, now[1].2 - last[1].2);
+        let mut window = std::mem::take(&mut b.loads[1].window);
+        window.sort_unstable();
+        let d_p99_ns = window.get((window.len() * 99).div_ceil(100).saturating_sub(1)).copied().unwrap_or(0) as f64;
         rows.push(Row {
+            d_p99_ns,
             t_ms: k as f64,
             chunk: plan.split.chunk_bytes,
             zero_weight: plan.split.zero_weight_per_chunk,
@@ -227,25 +248,32 @@ fn slo_trajectory(ms: u64) -> Vec<Row> {
 fn slo_converges() {
     let target = perf_policy_slo::SloParams::default().target_ns as f64;
     let rows = slo_trajectory(40);
-    println!("| t (ms) | chunk (B) | zero-weight WRs | D mean post-to-completion (ns) | B (Gb/s) |");
-    println!("|---:|---:|---:|---:|---:|");
+    println!("| t (ms) | chunk (B) | zero-weight WRs | D mean post-to-completion (ns) | D p99 (ns) | B (Gb/s) |");
+    println!("|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
-        println!("| {:.0} | {} | {} | {:.0} | {:.2} |", r.t_ms, r.chunk, r.zero_weight, r.d_lat_ns, r.b_gbps);
+        println!(
+            "| {:.0} | {} | {} | {:.0} | {:.0} | {:.2} |",
+            r.t_ms, r.chunk, r.zero_weight, r.d_lat_ns, r.d_p99_ns, r.b_gbps
+        );
     }
     // It ends looser than PeRF's hand-tuned (16 KB, 16): the target leaves
     // room for fewer zero-weight WRs or bigger chunks.
     let last = rows[rows.len() - 1];
     assert!(last.zero_weight < 16 && last.chunk >= 16384, "did not relax PeRF's setting: {last:?}");
-    // Settled: the last 15 ms spend at least 12 ms at one setting.
+    // Settled: the last 15 ms use at most two adjacent settings of the
+    // ladder (the one that meets the target and the next looser one, which
+    // its p99 touches).
     let tail = &rows[rows.len() - 15..];
-    let mut best = 0;
-    for r in tail {
-        let n = tail.iter().filter(|x| (x.chunk, x.zero_weight) == (r.chunk, r.zero_weight)).count();
-        best = best.max(n);
-    }
-    assert!(best >= 12, "no setting held 12 of the last 15 ms: {tail:?}");
+    let level = |r: &Row| {
+        perf_policy_slo::LADDER.iter().position(|&s| s == (r.chunk, r.zero_weight)).expect("a ladder setting")
+    };
+    let (lo, hi) = (tail.iter().map(level).min().unwrap_or(0), tail.iter().map(level).max().unwrap_or(0));
+    assert!(hi - lo <= 1, "the last 15 ms moved over more than two settings: {tail:?}");
     // Within target over the last 10 ms.
+    // Within target (the p99 it steers by) over the last 10 ms, ms by ms, up
+    // to the 1/16 resolution of the per-tick p99 the policy sees: it steps
+    // back only after a tick over the target, so it touches the target.
     let tail = &rows[rows.len() - 10..];
-    let mean = tail.iter().map(|r| r.d_lat_ns).sum::<f64>() / tail.len() as f64;
-    assert!(mean <= target, "D mean {mean:.0} ns over the last 10 ms, target {target} ns");
+    let worst = tail.iter().map(|r| r.d_p99_ns).fold(0.0, f64::max);
+    assert!(worst <= target * (1.0 + 1.0 / 16.0), "D p99 {worst:.0} ns in one of the last 10 ms, target {target} ns");
 }

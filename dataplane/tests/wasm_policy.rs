@@ -44,6 +44,7 @@ fn stats(n: usize, round: u64) -> Vec<TenantStats> {
                 bytes: next() % 1_000_000,
                 mean_latency_ns: next() % 100_000,
                 weight: 1,
+                p99_latency_ns: (next() % 200_000) as u32,
             }
         })
         .collect()
@@ -272,4 +273,41 @@ fn measure_round_cost() {
     for (k, v) in out {
         println!("{k}: {v:.0} ns");
     }
+}
+
+#[test]
+fn run_time_parameters_reach_native_and_wasm_policies_alike() {
+    let tick = |spec: &str| {
+        let mut h = PolicyHost::load(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let s = stats(3, 1);
+        let mut plans = vec![TenantPlan::PASSTHROUGH; s.len()];
+        h.on_tick(1_000_000, &s, &mut plans);
+        (h.tick_interval_ns(), plans)
+    };
+    let spec = "perf:max_active_qps=4,quantum_requests=64,tick_interval_ns=250_000";
+    let (native_tick, native) = tick(spec);
+    let (wasm_tick, wasm) = tick(&format!("wasm:{spec}"));
+    assert_eq!(native, wasm, "the module got the same parameters");
+    assert_eq!((native_tick, wasm_tick), (250_000, 250_000), "the tick interval is re-read after them");
+    assert!(native.iter().all(|p| p.max_active_qps == 4 && p.quantum_requests == 64), "{native:?}");
+    assert_eq!(tick("wasm:perf").1[0].max_active_qps, 2, "defaults without parameters");
+
+    // Refusals name the policy, the parameter and why, native or wasm.
+    for (spec, why) in [
+        ("wasm:perf:no_such_key=1", "has no parameter `no_such_key`"),
+        ("perf:no_such_key=1", "has no parameter `no_such_key`"),
+        ("wasm:slo:target_ns=soon", "not a valid value of `target_ns`"),
+        ("perf:max_active_qps=0", "not a valid value"),
+        ("perf:max_active_qps=2,quantum_requests", "expected key=value"),
+        ("perf:chunk_bytes=4096,chunk_bytes=8192", "given twice"),
+        ("passthrough:x=1", "has no parameter `x`"),
+    ] {
+        let Err(e) = PolicyHost::load(spec) else { panic!("{spec} loaded") };
+        assert!(matches!(e, LoadError::Param { .. }), "{spec}: {e}");
+        assert!(e.to_string().contains(why), "{spec}: {e}");
+    }
+    // A module of ABI 1.0 (no perf_set_param) still loads, and takes no parameters.
+    let mut old = PolicyHost::wasm(Wat::default().load(WasmLimits::default()).expect("a 1.0 module loads"));
+    let e = old.set_params("wat", &[("max_active_qps", "2")]).expect_err("a 1.0 module has no parameters");
+    assert!(e.to_string().contains("has no parameter"), "{e}");
 }

@@ -17,7 +17,12 @@
 //! - the **pacing buffer** (ABI 1.1, optional export [`PACING_EXPORT`]):
 //!   [`MAX_TENANTS`] x [`Pacing`] records of [`PACING_SIZE`] bytes, owned
 //!   by the guest (`perf_on_tick` updates them after the plans); the host
-//!   reads the first `n` back after each `perf_on_tick`.
+//!   reads the first `n` back after each `perf_on_tick`;
+//! - the **params buffer** (ABI 1.2, optional exports [`PARAMS_PTR_EXPORT`]
+//!   and [`SET_PARAM_EXPORT`]): [`PARAMS_SIZE`] bytes; for each run-time
+//!   parameter the host writes the key's UTF-8 bytes then the value's and
+//!   calls `perf_set_param(key_len, value_len)`, after `perf_init` and
+//!   before the first `perf_on_tenant`.
 //!
 //! The layouts are those of the `#[repr(C)]` types on wasm32 (checked at
 //! compile time below, on every target), so the guest reads them in place.
@@ -41,6 +46,19 @@ pub const PACING_SIZE: usize = 24;
 pub const PACING_EXPORT: &str = "perf_pacing_ptr";
 /// The ABI minor version that introduced [`PACING_EXPORT`].
 pub const PACING_MINOR: u16 = 1;
+/// The optional export (ABI 1.2) `perf_params_ptr() -> i32`: the address
+/// of the params buffer.
+pub const PARAMS_PTR_EXPORT: &str = "perf_params_ptr";
+/// The optional export (ABI 1.2) `perf_set_param(key_len: i32, value_len:
+/// i32) -> i32`: sets the parameter in the params buffer; returns 0, or a
+/// [`ParamError`](crate::ParamError) wire value. A module without it takes
+/// no parameters.
+pub const SET_PARAM_EXPORT: &str = "perf_set_param";
+/// Size in bytes of the params buffer: the most a key and its value take
+/// together.
+pub const PARAMS_SIZE: usize = 256;
+/// The ABI minor version that introduced [`SET_PARAM_EXPORT`].
+pub const PARAMS_MINOR: u16 = 2;
 /// Size in bytes of one [`RequestInfo`] record.
 pub const REQUEST_SIZE: usize = 24;
 /// Offset of the tenant plan inside the request slot.
@@ -180,6 +198,7 @@ pub fn encode_stats(s: &TenantStats, b: &mut [u8]) {
     put_u64(b, offset_of!(TenantStats, bytes), s.bytes);
     put_u64(b, offset_of!(TenantStats, mean_latency_ns), s.mean_latency_ns);
     put_u32(b, offset_of!(TenantStats, weight), s.weight);
+    put_u32(b, offset_of!(TenantStats, p99_latency_ns), s.p99_latency_ns);
 }
 
 /// Writes `p` into the first [`PLAN_SIZE`] bytes of `b` (panics if shorter).
@@ -254,6 +273,7 @@ impl RequestSlot {
 const _: () = {
     assert!(size_of::<TenantStats>() == STATS_SIZE && align_of::<TenantStats>() == 8);
     assert!(offset_of!(TenantStats, ewma_msg_bytes) == 16 && offset_of!(TenantStats, weight) == 56);
+    assert!(offset_of!(TenantStats, p99_latency_ns) == 60);
     assert!(size_of::<TenantPlan>() == PLAN_SIZE && align_of::<TenantPlan>() == 8);
     assert!(offset_of!(TenantPlan, split) == 24 && offset_of!(TenantPlan, class) == 40);
     assert!(size_of::<RequestInfo>() == REQUEST_SIZE && offset_of!(RequestInfo, depth) == 20);
@@ -298,6 +318,7 @@ mod tests {
             ewma_msg_bytes: 1.5,
             bytes: 77,
             weight: 2,
+            p99_latency_ns: 4321,
             ..TenantStats::ZERO
         };
         let mut b = [0u8; STATS_SIZE];

@@ -6,7 +6,7 @@
 //! and the host never re-enters a module, so the cells below are only ever
 //! touched by one call at a time.
 
-use crate::abi::{self, RequestSlot, MAX_TENANTS};
+use crate::abi::{self, RequestSlot, MAX_TENANTS, PARAMS_SIZE};
 use crate::{Pacing, Policy, TenantPlan, TenantStats, ABI_VERSION};
 use core::cell::UnsafeCell;
 
@@ -48,6 +48,7 @@ struct Buffers {
     plans: [TenantPlan; MAX_TENANTS],
     pacing: [Pacing; MAX_TENANTS],
     request: RequestSlot,
+    params: [u8; PARAMS_SIZE],
 }
 
 struct BufferCell(UnsafeCell<Buffers>);
@@ -59,6 +60,7 @@ static BUFFERS: BufferCell = BufferCell(UnsafeCell::new(Buffers {
     plans: [TenantPlan::PASSTHROUGH; MAX_TENANTS],
     pacing: [Pacing::UNLIMITED; MAX_TENANTS],
     request: RequestSlot::EMPTY,
+    params: [0; PARAMS_SIZE],
 }));
 
 fn buffers() -> &'static mut Buffers {
@@ -84,6 +86,29 @@ pub fn plans_ptr() -> i32 {
 /// `perf_pacing_ptr` (ABI 1.1).
 pub fn pacing_ptr() -> i32 {
     buffers().pacing.as_ptr() as i32
+}
+
+/// `perf_params_ptr` (ABI 1.2).
+pub fn params_ptr() -> i32 {
+    buffers().params.as_ptr() as i32
+}
+
+/// `perf_set_param` (ABI 1.2): the key is the first `key_len` bytes of the
+/// params buffer, the value the next `value_len`; 0, or a
+/// [`ParamError`](crate::ParamError) wire value.
+pub fn set_param<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, key_len: i32, value_len: i32) -> i32 {
+    let (k, v) = (key_len as u32 as usize, value_len as u32 as usize);
+    let b = &buffers().params;
+    let (Some(key), Some(value)) = (b.get(..k), k.checked_add(v).and_then(|end| b.get(k..end))) else {
+        return crate::ParamError::Malformed as i32;
+    };
+    let (Ok(key), Ok(value)) = (core::str::from_utf8(key), core::str::from_utf8(value)) else {
+        return crate::ParamError::Malformed as i32;
+    };
+    match cell.with(init, |p| p.set_param(key, value)) {
+        Ok(()) => 0,
+        Err(e) => e as i32,
+    }
 }
 
 /// `perf_request_ptr`.

@@ -13,7 +13,9 @@
 //!   the QP-level plan of each tenant: active QP cap, rotation quanta);
 //! - [`Policy::on_pacing`] right after each tick (ABI 1.1): a per-tenant
 //!   rate limit ([`Pacing`], a token bucket) the dataplane enforces by
-//!   holding data WQEs in software.
+//!   holding data WQEs in software;
+//! - [`Policy::set_param`] before the first tenant (ABI 1.2): a run-time
+//!   parameter, `key=value` as text (`--policy perf:max_active_qps=4`).
 //!
 //! The host validates every answer (see [`SplitPlan::validate`],
 //! [`TenantPlan::validate`]) and falls back to a safe default, counting
@@ -50,7 +52,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 1);
+pub const ABI_VERSION: (u16, u16) = (1, 2);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -192,6 +194,11 @@ pub struct TenantStats {
     pub mean_latency_ns: u64,
     /// Configured weight.
     pub weight: u32,
+    /// The 99th percentile of this tick's completion latencies, in ns
+    /// (estimated from a log-linear histogram: within 1/16 of the value;
+    /// saturating at `u32::MAX`; 0 if none). ABI 1.2: these bytes were
+    /// padding before, so a 1.1 module never reads them.
+    pub p99_latency_ns: u32,
 }
 
 /// The QP-level plan of one tenant, filled in by [`Policy::on_tick`].
@@ -229,6 +236,7 @@ impl TenantStats {
         bytes: 0,
         mean_latency_ns: 0,
         weight: 0,
+        p99_latency_ns: 0,
     };
 }
 
@@ -324,6 +332,50 @@ impl Pacing {
     }
 }
 
+/// Why a policy refused a parameter ([`Policy::set_param`], ABI 1.2); the
+/// wire value is what `perf_set_param` returns.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamError {
+    /// The policy has no parameter of that name.
+    UnknownKey = 1,
+    /// The value does not parse, or is out of the parameter's range.
+    BadValue = 2,
+    /// The key or value is not UTF-8, or longer than the params buffer.
+    Malformed = 3,
+}
+
+impl ParamError {
+    /// The answer of wire value `v`: `None` for 0 (accepted), and any
+    /// value other than 1 and 2 is [`ParamError::Malformed`].
+    pub const fn from_u32(v: u32) -> Option<ParamError> {
+        match v {
+            0 => None,
+            1 => Some(ParamError::UnknownKey),
+            2 => Some(ParamError::BadValue),
+            _ => Some(ParamError::Malformed),
+        }
+    }
+}
+
+/// Parses a parameter value: `T`'s `FromStr` on the trimmed text, with
+/// `_` separators allowed in numbers (`1_000_000`);
+/// [`ParamError::BadValue`] if it does not parse.
+pub fn parse_param<T: core::str::FromStr>(value: &str) -> Result<T, ParamError> {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    for b in value.trim().bytes().filter(|&b| b != b'_') {
+        *buf.get_mut(n).ok_or(ParamError::BadValue)? = b;
+        n += 1;
+    }
+    core::str::from_utf8(&buf[..n]).ok().and_then(|v| v.parse().ok()).ok_or(ParamError::BadValue)
+}
+
+/// Parses a parameter value of at least `min` (see [`parse_param`]).
+pub fn parse_param_min<T: core::str::FromStr + PartialOrd>(value: &str, min: T) -> Result<T, ParamError> {
+    parse_param(value).and_then(|v| if v >= min { Ok(v) } else { Err(ParamError::BadValue) })
+}
+
 /// A scheduling policy. Every hook has a default, so a policy overrides
 /// only what it needs.
 pub trait Policy {
@@ -358,13 +410,25 @@ pub trait Policy {
     fn tick_interval_ns(&self) -> u64 {
         1_000_000
     }
+
+    /// Sets the run-time parameter `key` to `value` (text, parsed by the
+    /// policy: [`parse_param`]). The host calls it after creating the
+    /// policy and before the first [`Policy::on_tenant`], once per
+    /// parameter the user gave, in order. Default: no parameters (every
+    /// key is [`ParamError::UnknownKey`]). In a wasm module this needs
+    /// ABI 1.2 (the `perf_params_ptr` and `perf_set_param` exports, which
+    /// `export_policy!` generates).
+    fn set_param(&mut self, _key: &str, _value: &str) -> Result<(), ParamError> {
+        Err(ParamError::UnknownKey)
+    }
 }
 
 /// Exports a [`Policy`] type as a wasm policy module: generates, for
 /// `wasm32` builds only, every export of the ABI (`perf_abi_version`,
 /// `perf_init`, `perf_on_tenant`, `perf_on_request`, `perf_on_tick`,
-/// `perf_tick_interval_ns`, the buffer and name getters, and the optional
-/// `perf_pacing_ptr` of ABI 1.1; see [`abi`])
+/// `perf_tick_interval_ns`, the buffer and name getters, the optional
+/// `perf_pacing_ptr` of ABI 1.1 and `perf_params_ptr` / `perf_set_param`
+/// of ABI 1.2; see [`abi`])
 /// around one static instance, and a panic handler that traps (so the
 /// policy crate must be `#![no_std]`). On other targets it expands to
 /// nothing, so the same crate also builds as a native library.
@@ -423,6 +487,14 @@ macro_rules! export_policy {
             #[no_mangle]
             extern "C" fn perf_pacing_ptr() -> i32 {
                 g::pacing_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_params_ptr() -> i32 {
+                g::params_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_set_param(key_len: i32, value_len: i32) -> i32 {
+                g::set_param(&POLICY, INIT, key_len, value_len)
             }
             #[no_mangle]
             extern "C" fn perf_max_tenants() -> i32 {

@@ -18,8 +18,10 @@ pub struct Args {
     /// The scenario file (TOML; see docs/scenarios.md).
     scenario: PathBuf,
     /// Policies to run, comma-separated (each on the NIC's round-robin
-    /// scheduling): built-in names, `wasm:NAME` or `.wasm` files.
-    #[arg(long, value_delimiter = ',', default_value = "passthrough,perf")]
+    /// scheduling): built-in names, `wasm:NAME` or `.wasm` files, each
+    /// optionally with run-time parameters, `NAME:key=value,key=value`
+    /// (`perf:max_active_qps=1,perf:max_active_qps=2` is two rows).
+    #[arg(long, default_value = "passthrough,perf")]
     policies: Vec<String>,
     /// Hardware modes to run, each with the `passthrough` policy:
     /// `sp`, `ets:W0,W1,...` (traffic classes from the scenario's `tc`).
@@ -53,6 +55,26 @@ pub fn split_hw(values: &[String]) -> Vec<String> {
     modes
 }
 
+/// Splits `--policies` values into policy specs: a `key=value` part after
+/// a spec that has parameters is one more of its parameters, so
+/// `perf:max_active_qps=2,quantum_requests=64,passthrough` is two specs.
+pub fn split_policies(values: &[String]) -> Vec<String> {
+    let mut specs: Vec<String> = Vec::new();
+    for v in values {
+        for part in v.split([';', ',']).map(str::trim).filter(|p| !p.is_empty()) {
+            let is_param = part.contains('=') && !part.contains(':');
+            match specs.last_mut() {
+                Some(last) if is_param && last.rsplit_once(':').is_some_and(|(_, t)| t.contains('=')) => {
+                    last.push(',');
+                    last.push_str(part);
+                }
+                _ => specs.push(part.to_string()),
+            }
+        }
+    }
+    specs
+}
+
 /// `compare --json`: the scenario and one report per configuration.
 #[derive(Serialize)]
 pub struct Comparison<'a> {
@@ -67,8 +89,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let sc = Scenario::load(&a.scenario)?;
     let name = a.scenario.display().to_string();
     let mut configs: Vec<(String, String, String)> = Vec::new();
-    for p in &a.policies {
-        configs.push((p.clone(), p.clone(), "rr".into()));
+    for p in split_policies(&a.policies) {
+        // Every policy and its parameters are checked before any row runs.
+        perf_dataplane::policy::PolicyHost::load(&p).with_context(|| format!("--policies: {p:?}"))?;
+        configs.push((p.clone(), p, "rr".into()));
     }
     for hw in split_hw(&a.hw) {
         configs.push((hw.clone(), "passthrough".into(), hw.clone()));
@@ -139,8 +163,10 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
     let _ =
         writeln!(s, "no CPU time, so the loop's work is counted); alone:GROUP: that tenant group alone, passthrough");
     let cw = 36;
-    let mut head1 = format!("{:<18}", "");
-    let mut head2 = format!("{:<18}", "config");
+    // The config column fits the longest name (policies with parameters).
+    let w = runs.iter().map(|r| r.config.len() + 1).max().unwrap_or(0).max(18);
+    let mut head1 = format!("{:<w$}", "");
+    let mut head2 = format!("{:<w$}", "config");
     for g in &groups {
         let _ = write!(head1, " {:<cw$}", g);
         let _ = write!(head2, " {:>7} {:>8} {:>9} {:>9}", "Gb/s", "Mmsg/s", "mean", "p99");
@@ -149,7 +175,7 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
     let _ = writeln!(s, "{}", head1.trim_end());
     let _ = writeln!(s, "{head2}");
     for r in runs {
-        let mut line = format!("{:<18}", r.config);
+        let mut line = format!("{:<w$}", r.config);
         let gs = r.groups();
         for g in &groups {
             match gs.iter().find(|t| &t.group == g) {
@@ -184,5 +210,15 @@ mod tests {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(split_hw(&v(&["sp,ets:3,1"])), v(&["sp", "ets:3,1"]));
         assert_eq!(split_hw(&v(&["ets:1,2;sp", "rr"])), v(&["ets:1,2", "sp", "rr"]));
+    }
+
+    #[test]
+    fn policies_split_on_commas_but_keep_their_parameters() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            split_policies(&v(&["passthrough,perf:max_active_qps=2,quantum_requests=64,wasm:perf:chunk_bytes=8192"])),
+            v(&["passthrough", "perf:max_active_qps=2,quantum_requests=64", "wasm:perf:chunk_bytes=8192"])
+        );
+        assert_eq!(split_policies(&v(&["wasm:slo", "perf"])), v(&["wasm:slo", "perf"]));
     }
 }

@@ -167,6 +167,7 @@ fn policy_check(policy: &str) -> anyhow::Result<()> {
             bytes: 100 * size,
             mean_latency_ns: 10_000,
             weight: 1,
+            p99_latency_ns: 20_000,
         })
         .collect();
     for (i, &(_, _, _, qps)) in tenants.iter().enumerate() {

@@ -28,7 +28,9 @@ pub struct Args {
     /// The scenario file (TOML; see docs/scenarios.md).
     scenario: PathBuf,
     /// Scheduling policy: a built-in name, `wasm:NAME` for an embedded wasm
-    /// module, or the path of a policy `.wasm` file (`perf-runner policy list`).
+    /// module, or the path of a policy `.wasm` file (`perf-runner policy list`),
+    /// optionally with run-time parameters: `perf:max_active_qps=4,quantum_requests=64`
+    /// (docs/policies.md lists each policy's keys).
     #[arg(long, default_value = "passthrough")]
     policy: String,
     /// Hardware traffic-class scheduling of the simulated NIC: `rr`
@@ -177,7 +179,9 @@ pub fn wire(
     let fabric = SimFabric::new(profile.clone(), 2, sc.seed, clock);
     fabric.set_tc_scheduler(0, hw.clone());
     fabric.set_tc_scheduler(1, hw.clone());
-    let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::default())?;
+    // Thousands of QPs (exp6) get shallower queues than the default, not a refusal.
+    let qps: usize = sc.tenants.iter().map(|t| t.qps as usize).sum();
+    let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::for_qps(qps))?;
     let warm = (sc.warmup_ms * 1e6) as u64;
     let end = (sc.duration_ms * 1e6) as u64;
     let bucket = bucket_ns(sc);

@@ -52,6 +52,25 @@ fn exp1_slo_meets_a_3us_p99_target() {
 }
 
 #[test]
+fn exp5_the_active_qp_cap_trades_m_message_rate_for_b_bandwidth() {
+    // The paper's caps, as perf's run-time parameter `max_active_qps`.
+    let rows: Vec<(f64, f64)> = [1, 2, 4, 8]
+        .iter()
+        .map(|n| {
+            let r = run_opts("suite/exp5.toml", &format!("perf:max_active_qps={n}"), false);
+            (num(tenant(&r, "B_single"), "/gbps"), num(tenant(&r, "M_multi"), "/mpps"))
+        })
+        .collect();
+    for w in rows.windows(2) {
+        let ((b0, m0), (b1, m1)) = (w[0], w[1]);
+        assert!(m1 > 1.2 * m0, "M_multi's rate did not grow with its cap: {rows:?}");
+        assert!(b1 < b0, "B_single did not give way as M_multi's cap grew: {rows:?}");
+    }
+    let (first, last) = (rows[0], rows[3]);
+    assert!(first.0 >= 80.0 && last.1 >= 3.0 * first.1, "the sweep spans too little: {rows:?}");
+}
+
+#[test]
 fn exp2_perf_keeps_m_message_rate_and_b_bandwidth() {
     let r = run("suite/exp2.toml", "perf");
     let (b, m) = (tenant(&r, "B_single"), tenant(&r, "M_single"));

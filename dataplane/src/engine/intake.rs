@@ -12,7 +12,9 @@ impl<R: Rnic> Dataplane<R> {
         ts.tick.completed += 1;
         ts.delivered += 1;
         ts.tick.bytes += c.byte_len as u64;
-        ts.tick.lat_sum_ns += c.completed_ns.saturating_sub(c.posted_ns);
+        let lat = c.completed_ns.saturating_sub(c.posted_ns);
+        ts.tick.lat_sum_ns += lat;
+        ts.tick.tail.record(lat);
         self.counters.completions += 1;
         if !ts.overflow.is_empty() {
             ts.overflow.push_back(c);

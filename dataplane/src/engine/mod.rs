@@ -30,6 +30,7 @@ mod qp;
 mod recovery;
 mod split;
 mod supervise;
+mod tail;
 pub mod tenant;
 mod tick;
 
@@ -55,6 +56,8 @@ pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandl
 pub struct DataplaneConfig {
     /// Send-queue depth of each data QP.
     pub sq_depth: u32,
+    /// Receive-queue depth of each data QP.
+    pub rq_depth: u32,
     /// Capacity of each tenant's request queue.
     pub request_queue: usize,
     /// Capacity of each tenant's completion queue.
@@ -72,11 +75,32 @@ impl Default for DataplaneConfig {
     fn default() -> Self {
         DataplaneConfig {
             sq_depth: 2048,
+            rq_depth: 1024,
             request_queue: 8192,
             completion_queue: 8192,
             max_requests_per_round: 512,
             watchdog_ns: 1_000_000_000,
         }
+    }
+}
+
+impl DataplaneConfig {
+    /// The default settings with queue depths that let `qps` data QPs
+    /// share the loop's completion queues: each queue depth is the
+    /// default's, or the largest power of two that fits (at least 16), so
+    /// a run with thousands of QPs gets shallower queues rather than a
+    /// refusal; as on a real NIC, a QP's rings cost memory per slot.
+    pub fn for_qps(qps: usize) -> Self {
+        let d = Self::default();
+        let fit = |default: u32, cq: u32| {
+            let most = (cq as u64 / qps.max(1) as u64).max(16);
+            if most >= default as u64 {
+                default
+            } else {
+                1u32 << (63 - most.leading_zeros())
+            }
+        };
+        DataplaneConfig { sq_depth: fit(d.sq_depth, SEND_CQ_DEPTH), rq_depth: fit(d.rq_depth, RECV_CQ_DEPTH), ..d }
     }
 }
 
@@ -158,6 +182,7 @@ struct TickAccum {
     completed: u64,
     bytes: u64,
     lat_sum_ns: u64,
+    tail: tail::TailHist,
 }
 
 const WR_QP_SHIFT: u32 = 40;
@@ -168,8 +193,6 @@ const CTRL_RESERVE: u32 = 4;
 const SEND_CQ_DEPTH: u32 = 1 << 20;
 /// Depth of the data QPs' shared receive CQ.
 const RECV_CQ_DEPTH: u32 = 1 << 20;
-/// Receive-queue depth of each data QP.
-const RQ_DEPTH: u32 = 1024;
 
 /// The dataplane over one RNIC.
 pub struct Dataplane<R: Rnic> {
@@ -355,10 +378,11 @@ impl<R: Rnic> Dataplane<R> {
         // (and RECVs likewise), so its shared CQs never hold more CQEs than
         // the QPs' queues: refuse a QP that would break that bound.
         let n = self.qps.len() as u64 + 1;
-        if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * RQ_DEPTH as u64 > RECV_CQ_DEPTH as u64 {
+        if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * self.cfg.rq_depth as u64 > RECV_CQ_DEPTH as u64 {
             return Err(RnicError::InvalidArgument(format!(
-                "{n} data QPs of {} send-queue slots would overrun the shared completion queues",
-                self.cfg.sq_depth
+                "{n} data QPs of {} send-queue and {} receive-queue slots would overrun the shared completion queues \
+                 ({} slots each; see DataplaneConfig::for_qps)",
+                self.cfg.sq_depth, self.cfg.rq_depth, SEND_CQ_DEPTH
             )));
         }
         let (qp, ep) = self.new_nic_qp(t, tc)?;
@@ -377,7 +401,7 @@ impl<R: Rnic> Dataplane<R> {
     fn new_nic_qp(&mut self, t: u32, tc: u8) -> Result<(QpHandle, QpEndpoint), RnicError> {
         let pd = self.tenant_mut(t)?.pd;
         let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
-        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: RQ_DEPTH, ..QpCaps::default() };
+        attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: self.cfg.rq_depth, ..QpCaps::default() };
         attr.cross_channel = self.nic.cross_channel() == CrossChannel::InNic;
         attr.traffic_class = tc;
         let qp = self.nic.create_qp(pd, attr)?;

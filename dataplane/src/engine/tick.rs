@@ -63,6 +63,7 @@ impl<R: Rnic> Dataplane<R> {
                     bytes: ts.tick.bytes,
                     mean_latency_ns: ts.tick.lat_sum_ns.checked_div(ts.tick.completed).unwrap_or(0),
                     weight: ts.weight,
+                    p99_latency_ns: ts.tick.tail.p99_ns(),
                 }
             })
             .collect();

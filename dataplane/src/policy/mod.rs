@@ -23,7 +23,9 @@ pub mod passthrough;
 pub mod perf;
 pub mod wasm;
 
-use perf_policy_sdk::{Pacing, Policy, Rejection, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats};
+use perf_policy_sdk::{
+    Pacing, ParamError, Policy, Rejection, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats,
+};
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
 /// Counters of the policy host.
@@ -71,6 +73,34 @@ fn first_invalid<T>(what: &str, records: &[T], validate: impl Fn(&T) -> Result<(
             Err(Fault { kind: FaultKind::InvalidDecision, message: format!("{what} of tenant {i}: {e:?}") })
         }
     }
+}
+
+/// A run-time parameter of a policy: key and value, as text.
+pub type Param<'a> = (&'a str, &'a str);
+
+/// Splits a policy spec into the policy (a built-in name, `wasm:NAME` or a
+/// `.wasm` path) and its run-time parameters: `perf:max_active_qps=2,
+/// quantum_requests=64` is `perf` with two parameters. The parameters are
+/// what follows the last `:` when it holds a `=`; each is `key=value`
+/// with a non-empty key, and a key may appear once.
+pub fn split_params(spec: &str) -> Result<(&str, Vec<Param<'_>>), LoadError> {
+    let Some((base, tail)) = spec.rsplit_once(':').filter(|(_, t)| t.contains('=')) else {
+        return Ok((spec, Vec::new()));
+    };
+    let mut params: Vec<Param<'_>> = Vec::new();
+    for item in tail.split(',') {
+        let bad = |why: &str| LoadError::Param { policy: base.into(), param: item.into(), why: why.into() };
+        let (k, v) = item.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || v.is_empty() {
+            return Err(bad("expected key=value with a key and a value"));
+        }
+        if params.iter().any(|(seen, _)| *seen == k) {
+            return Err(bad("the key is given twice"));
+        }
+        params.push((k, v));
+    }
+    Ok((base, params))
 }
 
 /// Runs one policy and checks its answers.
@@ -136,15 +166,58 @@ impl PolicyHost {
 
     /// A policy by name or path: a built-in name (`perf`, `passthrough`),
     /// `wasm:NAME` for an embedded wasm module of the repository's own
-    /// policies, or the path of a `.wasm` file, with default limits.
-    /// Modules come from the module cache ([`cache::ModuleCache`]).
+    /// policies, or the path of a `.wasm` file, with default limits;
+    /// optionally followed by run-time parameters, `:key=value,key=value`
+    /// ([`split_params`]). Modules come from the module cache
+    /// ([`cache::ModuleCache`]).
     pub fn load(name_or_path: &str) -> Result<Self, LoadError> {
         Self::load_with(name_or_path, WasmLimits::default()).map(|(h, _)| h)
     }
 
     /// [`PolicyHost::load`] with `limits` for a wasm module; also says
     /// whether the module came from the cache.
-    pub fn load_with(name_or_path: &str, limits: WasmLimits) -> Result<(Self, bool), LoadError> {
+    pub fn load_with(spec: &str, limits: WasmLimits) -> Result<(Self, bool), LoadError> {
+        let (name_or_path, params) = split_params(spec)?;
+        let (mut host, cached) = Self::load_plain(name_or_path, limits)?;
+        host.set_params(name_or_path, &params)?;
+        Ok((host, cached))
+    }
+
+    /// Sets run-time parameters in order (before the first tenant); the
+    /// first refused is the error, naming `label`, the parameter and why.
+    pub fn set_params(&mut self, label: &str, params: &[Param<'_>]) -> Result<(), LoadError> {
+        for (key, value) in params {
+            let err = |why: String| LoadError::Param { policy: label.into(), param: format!("{key}={value}"), why };
+            let refused = match &mut self.policy {
+                Hosted::Native(p) => p.set_param(key, value).err(),
+                Hosted::Wasm(w) => w.set_param(key, value).map_err(|f| err(format!("the module failed: {f}")))?,
+            };
+            match refused {
+                None => {}
+                Some(ParamError::UnknownKey) => {
+                    return Err(err(format!(
+                        "`{}` has no parameter `{key}` (docs/policies.md lists them)",
+                        self.name()
+                    )))
+                }
+                Some(ParamError::BadValue) => return Err(err(format!("{value:?} is not a valid value of `{key}`"))),
+                Some(ParamError::Malformed) => {
+                    return Err(err(format!("not UTF-8 or longer than {} bytes", perf_policy_sdk::abi::PARAMS_SIZE)))
+                }
+            }
+        }
+        self.refresh_tick();
+        match self.exit_info() {
+            Some(e) => Err(LoadError::Param {
+                policy: label.into(),
+                param: String::new(),
+                why: format!("the policy failed after its parameters were set: {}", e.message),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn load_plain(name_or_path: &str, limits: WasmLimits) -> Result<(Self, bool), LoadError> {
         if let Some(h) = Self::builtin(name_or_path) {
             return Ok((h, false));
         }

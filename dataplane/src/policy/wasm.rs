@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
-use perf_policy_sdk::{Pacing, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION};
+use perf_policy_sdk::{Pacing, ParamError, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION};
 use wasmtime::{
     Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
     TypedFunc, ValType,
@@ -158,6 +158,16 @@ pub enum LoadError {
         /// The error.
         source: std::io::Error,
     },
+    /// A run-time parameter (`NAME:key=value,...`) was refused.
+    #[error("policy {policy:?}: parameter `{param}`: {why}")]
+    Param {
+        /// The policy asked for (without its parameters).
+        policy: String,
+        /// The `key=value` refused.
+        param: String,
+        /// Why.
+        why: String,
+    },
     /// Neither a built-in policy nor a readable file.
     #[error("unknown policy {0:?}: not a built-in name, `wasm:NAME` of an embedded module, nor a .wasm file")]
     UnknownPolicy(String),
@@ -211,6 +221,9 @@ struct HostState {
     log: Vec<String>,
 }
 
+/// `perf_set_param(key_len, value_len) -> i32` (ABI 1.2).
+type SetParam = TypedFunc<(i32, i32), i32>;
+
 struct Hooks {
     init: TypedFunc<(), i32>,
     on_tenant: TypedFunc<(i32, i32, i32), ()>,
@@ -229,6 +242,8 @@ pub struct WasmPolicy {
     request_ptr: usize,
     /// The pacing buffer (ABI 1.1, optional export).
     pacing_ptr: Option<usize>,
+    /// The params buffer and `perf_set_param` (ABI 1.2, optional exports).
+    params: Option<(usize, SetParam)>,
     max_tenants: usize,
     name: String,
     abi_version: (u16, u16),
@@ -425,6 +440,18 @@ impl WasmPolicy {
         } else {
             None
         };
+        // ABI 1.2: run-time parameters (a module without them takes none).
+        let has = |name| module.get_export(name).is_some();
+        let params =
+            if module_version.1 >= abi::PARAMS_MINOR && has(abi::SET_PARAM_EXPORT) && has(abi::PARAMS_PTR_EXPORT) {
+                let at = ptr(abi::PARAMS_PTR_EXPORT)?;
+                let set = instance
+                    .get_typed_func(&mut store, abi::SET_PARAM_EXPORT)
+                    .map_err(|_| LoadError::MissingExport(abi::SET_PARAM_EXPORT.into()))?;
+                Some((at, set))
+            } else {
+                None
+            };
         if max_tenants == 0 || max_tenants > abi::MAX_TENANTS {
             return Err(LoadError::BadBuffer {
                 what: "stats/plans",
@@ -437,6 +464,7 @@ impl WasmPolicy {
             ("plans", plans_ptr, max_tenants * abi::PLAN_SIZE),
             ("request", request_ptr, abi::REQUEST_SLOT_SIZE),
             ("pacing", pacing_ptr.unwrap_or(0), if pacing_ptr.is_some() { max_tenants * abi::PACING_SIZE } else { 0 }),
+            ("params", params.as_ref().map_or(0, |p| p.0), if params.is_some() { abi::PARAMS_SIZE } else { 0 }),
         ] {
             if p % abi::BUFFER_ALIGN != 0 {
                 return Err(LoadError::BadBuffer { what, detail: format!("address {p:#x} is not 8-byte aligned") });
@@ -465,6 +493,7 @@ impl WasmPolicy {
             plans_ptr,
             request_ptr,
             pacing_ptr,
+            params,
             max_tenants,
             name,
             abi_version: module_version,
@@ -495,6 +524,12 @@ impl WasmPolicy {
         }
         if let Some(ty) = module.get_export(abi::PACING_EXPORT) {
             check_func(abi::PACING_EXPORT, &ty, &[], &[AbiType::I32])?;
+        }
+        if let Some(ty) = module.get_export(abi::PARAMS_PTR_EXPORT) {
+            check_func(abi::PARAMS_PTR_EXPORT, &ty, &[], &[AbiType::I32])?;
+        }
+        if let Some(ty) = module.get_export(abi::SET_PARAM_EXPORT) {
+            check_func(abi::SET_PARAM_EXPORT, &ty, &[AbiType::I32, AbiType::I32], &[AbiType::I32])?;
         }
         match module.get_export(abi::MEMORY_EXPORT) {
             Some(ExternType::Memory(_)) => Ok(()),
@@ -677,6 +712,36 @@ impl WasmPolicy {
                 .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("pacing of tenant {i}: {e:?}")))?;
         }
         Ok(())
+    }
+
+    /// Whether the module takes run-time parameters (ABI 1.2).
+    pub fn takes_params(&self) -> bool {
+        self.params.is_some()
+    }
+
+    /// Sets a run-time parameter through `perf_set_param` (ABI 1.2): `Ok`
+    /// with the module's answer (`None`: accepted), or the fault of a call
+    /// that trapped or ran out of time. A module without the exports
+    /// refuses every key ([`ParamError::UnknownKey`]); a key and value
+    /// longer than the params buffer together are
+    /// [`ParamError::Malformed`] without a call.
+    pub fn set_param(&mut self, key: &str, value: &str) -> Result<Option<ParamError>, Fault> {
+        let Some((at, set)) = self.params.clone() else { return Ok(Some(ParamError::UnknownKey)) };
+        let (k, v) = (key.len(), value.len());
+        if k + v > abi::PARAMS_SIZE {
+            return Ok(Some(ParamError::Malformed));
+        }
+        self.write(
+            at,
+            |b| {
+                b[..k].copy_from_slice(key.as_bytes());
+                b[k..k + v].copy_from_slice(value.as_bytes());
+            },
+            k + v,
+        )?;
+        Self::arm(&mut self.store, self.limits);
+        let rc = set.call(&mut self.store, (k as i32, v as i32)).map_err(Fault::from_wasm)?;
+        Ok(ParamError::from_u32(rc as u32))
     }
 
     /// Calls `perf_tick_interval_ns`.

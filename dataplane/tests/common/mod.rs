@@ -95,7 +95,7 @@ impl Pol {
             Pol::Passthrough => PolicyHost::builtin("passthrough").expect("built-in passthrough"),
             Pol::Perf => PolicyHost::builtin("perf").expect("built-in perf"),
             Pol::Force(p) => PolicyHost::new(Box::new(p)),
-            Pol::Named(n) => PolicyHost::builtin(n).expect("a built-in policy"),
+            Pol::Named(n) => PolicyHost::load(n).expect("a built-in policy, with any parameters"),
         }
     }
 

@@ -56,7 +56,7 @@ pub mod fixtures {
     }
 
     /// A D_App: one 16 B WRITE at a time, 100 completions of
-    /// `latency_ns` mean this tick.
+    /// `latency_ns` (mean and p99) this tick.
     pub fn ping(tenant: u32, latency_ns: u64) -> TenantStats {
         TenantStats {
             tenant,
@@ -67,6 +67,7 @@ pub mod fixtures {
             max_msg_bytes: 16,
             completed: 100,
             mean_latency_ns: latency_ns,
+            p99_latency_ns: latency_ns.min(u32::MAX as u64) as u32,
             weight: 1,
             ..TenantStats::ZERO
         }

@@ -32,7 +32,9 @@
 //! classified from the current tick alone and never paced).
 
 use perf_policy_sdk::abi::MAX_TENANTS;
-use perf_policy_sdk::{Pacing, Policy, SplitPlan, TenantClass, TenantPlan, TenantStats};
+use perf_policy_sdk::{
+    parse_param, parse_param_min, Pacing, ParamError, Policy, SplitPlan, TenantClass, TenantPlan, TenantStats,
+};
 
 /// How many QPs of a tenant may be active at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,6 +145,98 @@ impl Default for PerfParams {
             rate_bytes_per_s: 0,
             burst_bytes: 4 << 20,
         }
+    }
+}
+
+impl PerfParams {
+    /// The run-time parameter names [`PerfParams::set`] takes (the field
+    /// names; `max_active_qps` is [`PerfParams::qp_cap`], a number or
+    /// `formula`, and `formula_*` are the formula's constants).
+    pub const KEYS: &'static [&'static str] = &[
+        "tick_interval_ns",
+        "classify_interval_ns",
+        "large_msg_bytes",
+        "delay_depth",
+        "delay_bytes",
+        "split_threshold",
+        "chunk_bytes",
+        "zero_weight_unit",
+        "max_active_qps",
+        "formula_link_mbps",
+        "formula_utilization",
+        "formula_msg_rate_kpps",
+        "formula_qps_capa",
+        "allowed_set_interval_ns",
+        "quantum_requests",
+        "quantum_bytes",
+        "quantum_ns",
+        "slice_above",
+        "slice_ns",
+        "rate_bytes_per_s",
+        "burst_bytes",
+    ];
+
+    /// Sets the parameter `key` (one of [`PerfParams::KEYS`]) from its text
+    /// `value`. Values are checked against what the host accepts (a chunk
+    /// of 1 KiB to 1 GiB in 64 B granules, a tick of at least 10 us, a
+    /// burst of 1 KiB to 1 TiB, ...); `formula_*` needs
+    /// `max_active_qps=formula` first.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        use perf_policy_sdk::limits;
+        let positive = |v: f64| if v.is_finite() && v > 0.0 { Ok(v) } else { Err(ParamError::BadValue) };
+        match key {
+            "tick_interval_ns" => self.tick_interval_ns = parse_param_min(value, 10_000)?,
+            "classify_interval_ns" => self.classify_interval_ns = parse_param(value)?,
+            "large_msg_bytes" => self.large_msg_bytes = parse_param_min(value, 1)?,
+            "delay_depth" => self.delay_depth = parse_param(value)?,
+            "delay_bytes" => self.delay_bytes = positive(parse_param(value)?)?,
+            "split_threshold" => self.split_threshold = parse_param(value)?,
+            "chunk_bytes" => {
+                let c: u32 = parse_param_min(value, limits::MIN_CHUNK)?;
+                if c > limits::MAX_CHUNK || !c.is_multiple_of(64) {
+                    return Err(ParamError::BadValue);
+                }
+                self.chunk_bytes = c;
+            }
+            "zero_weight_unit" => self.zero_weight_unit = parse_param_min(value, 1)?,
+            "max_active_qps" if value.trim() == "formula" => self.qp_cap = QpCap::Formula(QpFormula::default()),
+            "max_active_qps" => self.qp_cap = QpCap::Fixed(parse_param_min(value, 1)?),
+            "formula_link_mbps" | "formula_utilization" | "formula_msg_rate_kpps" | "formula_qps_capa" => {
+                let QpCap::Formula(f) = &mut self.qp_cap else { return Err(ParamError::BadValue) };
+                match key {
+                    "formula_link_mbps" => f.link_mbps = positive(parse_param(value)?)?,
+                    "formula_utilization" => f.utilization = positive(parse_param(value)?)?,
+                    "formula_msg_rate_kpps" => f.msg_rate_kpps = positive(parse_param(value)?)?,
+                    _ => f.qps_capa = parse_param_min(value, 1)?,
+                }
+            }
+            "allowed_set_interval_ns" => self.allowed_set_interval_ns = parse_param(value)?,
+            "quantum_requests" => self.quantum_requests = parse_param(value)?,
+            "quantum_bytes" => self.quantum_bytes = parse_param(value)?,
+            "quantum_ns" => self.quantum_ns = parse_param(value)?,
+            "slice_above" => self.slice_above = parse_param(value)?,
+            "slice_ns" => self.slice_ns = parse_param(value)?,
+            "rate_bytes_per_s" => {
+                let r = parse_param(value)?;
+                if r > limits::MAX_RATE {
+                    return Err(ParamError::BadValue);
+                }
+                self.rate_bytes_per_s = r;
+            }
+            "burst_bytes" => {
+                let b = parse_param_min(value, limits::MIN_BURST)?;
+                if b > limits::MAX_BURST {
+                    return Err(ParamError::BadValue);
+                }
+                self.burst_bytes = b;
+            }
+            _ => return Err(ParamError::UnknownKey),
+        }
+        if self.quantum_requests == 0 && self.quantum_bytes == 0 && self.quantum_ns == 0 {
+            // A capped QP that never rotates would starve its siblings.
+            return Err(ParamError::BadValue);
+        }
+        Ok(())
     }
 }
 
@@ -395,6 +489,10 @@ impl Policy for Perf {
     fn tick_interval_ns(&self) -> u64 {
         self.params.tick_interval_ns
     }
+
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        self.params.set(key, value)
+    }
 }
 
 #[cfg(test)]
@@ -479,6 +577,30 @@ mod tests {
         assert!(pacing[..5].iter().all(|x| x.paused == 0));
         let (_, pacing) = tick(&mut Perf::default(), 0, &stats[..6]);
         assert!(pacing[..6].iter().all(|x| x.paused == 0));
+    }
+
+    #[test]
+    fn parameters_are_set_by_name_and_checked() {
+        let mut p = Perf::default();
+        assert_eq!(p.set_param("max_active_qps", "4"), Ok(()));
+        assert_eq!(p.params.qp_cap, QpCap::Fixed(4));
+        assert_eq!(p.set_param("quantum_bytes", "2_048_000"), Ok(()));
+        assert_eq!(p.params.quantum_bytes, 2_048_000);
+        assert_eq!(p.set_param("max_active_qps", "0"), Err(ParamError::BadValue));
+        assert_eq!(p.set_param("chunk_bytes", "1000"), Err(ParamError::BadValue), "not a 64 B granule");
+        assert_eq!(p.set_param("chunk_bytes", "lots"), Err(ParamError::BadValue));
+        assert_eq!(p.set_param("formula_qps_capa", "4"), Err(ParamError::BadValue), "needs the formula first");
+        assert_eq!(p.set_param("max_active_qps", "formula"), Ok(()));
+        assert_eq!(p.set_param("formula_qps_capa", "4"), Ok(()));
+        assert!(matches!(p.params.qp_cap, QpCap::Formula(f) if f.qps_capa == 4));
+        assert_eq!(p.set_param("no_such_knob", "1"), Err(ParamError::UnknownKey));
+        p.params.quantum_requests = 0;
+        p.params.quantum_ns = 0;
+        assert_eq!(p.set_param("quantum_bytes", "0"), Err(ParamError::BadValue), "a cap that never rotates");
+        let mut q = PerfParams::default();
+        for key in PerfParams::KEYS.iter().filter(|k| !k.starts_with("formula_")) {
+            assert_ne!(q.set(key, "x"), Err(ParamError::UnknownKey), "{key} is listed but not handled");
+        }
     }
 
     #[test]

@@ -28,7 +28,10 @@
 use perf_policy_common::perf::active;
 use perf_policy_common::Perf;
 use perf_policy_sdk::abi::MAX_TENANTS;
-use perf_policy_sdk::{export_policy, Pacing, Policy, SplitPlan, TenantClass, TenantPlan, TenantStats};
+use perf_policy_sdk::{
+    export_policy, parse_param, parse_param_min, Pacing, ParamError, Policy, SplitPlan, TenantClass, TenantPlan,
+    TenantStats,
+};
 
 /// Justitia's parameters; [`Default`] is its code's.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,6 +66,49 @@ impl Default for JustitiaParams {
             ops_per_token: 1800,
             tick_interval_ns: 200_000,
         }
+    }
+}
+
+impl JustitiaParams {
+    /// The run-time parameter names [`JustitiaParams::set`] takes (the
+    /// field names).
+    pub const KEYS: &'static [&'static str] = &[
+        "chunk_bytes",
+        "latency_chunk_bytes",
+        "line_rate_bytes_per_s",
+        "target_ns",
+        "increase_bytes_per_s",
+        "max_tokens",
+        "ops_per_token",
+        "tick_interval_ns",
+    ];
+
+    /// Sets the parameter `key` (one of [`JustitiaParams::KEYS`]) from its
+    /// text `value` (chunks within the host's bounds, rates and counts
+    /// positive, a tick of at least 10 us).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        use perf_policy_sdk::limits;
+        let chunk = |v: &str| {
+            parse_param_min(v, limits::MIN_CHUNK).and_then(|c| {
+                if c <= limits::MAX_CHUNK {
+                    Ok(c)
+                } else {
+                    Err(ParamError::BadValue)
+                }
+            })
+        };
+        match key {
+            "chunk_bytes" => self.chunk_bytes = chunk(value)?,
+            "latency_chunk_bytes" => self.latency_chunk_bytes = chunk(value)?,
+            "line_rate_bytes_per_s" => self.line_rate_bytes_per_s = parse_param_min(value, 1)?,
+            "target_ns" => self.target_ns = parse_param_min(value, 1)?,
+            "increase_bytes_per_s" => self.increase_bytes_per_s = parse_param(value)?,
+            "max_tokens" => self.max_tokens = parse_param_min(value, 1)?,
+            "ops_per_token" => self.ops_per_token = parse_param_min(value, 1)?,
+            "tick_interval_ns" => self.tick_interval_ns = parse_param_min(value, 10_000)?,
+            _ => return Err(ParamError::UnknownKey),
+        }
+        Ok(())
     }
 }
 
@@ -188,6 +234,15 @@ impl Policy for Justitia {
 
     fn tick_interval_ns(&self) -> u64 {
         self.params.tick_interval_ns
+    }
+
+    /// [`JustitiaParams::KEYS`]; the policy restarts from the new
+    /// parameters (capacity at the line rate).
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        let mut params = self.params;
+        params.set(key, value)?;
+        *self = Justitia::new(params);
+        Ok(())
     }
 }
 

@@ -29,7 +29,9 @@
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 use perf_policy_common::{chunk_granule, Perf, PerfParams};
-use perf_policy_sdk::{export_policy, Pacing, Policy, TenantClass, TenantPlan, TenantStats};
+use perf_policy_sdk::{
+    export_policy, parse_param, parse_param_min, Pacing, ParamError, Policy, TenantClass, TenantPlan, TenantStats,
+};
 
 /// The settings the controller moves along, `(chunk bytes, zero-weight
 /// WRs per chunk)`, strongest isolation first.
@@ -52,14 +54,26 @@ pub const LADDER: [(u32, u32); 13] = [
 /// The ladder index of PeRF's own setting (16 KB, 16), where it starts.
 pub const PERF_LEVEL: usize = 2;
 
+/// Which latency figure of the tick statistics the controller steers by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// The per-tick 99th percentile (`TenantStats::p99_latency_ns`, ABI
+    /// 1.2): the default, for a tail target.
+    P99,
+    /// The per-tick mean (`TenantStats::mean_latency_ns`).
+    Mean,
+}
+
 /// The SLO policy's parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SloParams {
     /// The PeRF mechanism underneath (its tick is the control period).
     pub perf: PerfParams,
-    /// Target of the delay-sensitive tenants' mean post-to-completion
-    /// latency per tick, ns (3 us).
+    /// Target of the delay-sensitive tenants' post-to-completion latency
+    /// per tick (the figure [`SloParams::signal`] picks), ns.
     pub target_ns: u64,
+    /// The figure steered by (the per-tick p99).
+    pub signal: Signal,
     /// Relax only below `target x (1 - margin)` (0.1).
     pub margin: f64,
     /// Ticks in a row under that before one step toward throughput (2).
@@ -74,12 +88,46 @@ impl Default for SloParams {
     fn default() -> Self {
         SloParams {
             perf: PerfParams { tick_interval_ns: 500_000, ..PerfParams::default() },
-            target_ns: 3000,
+            target_ns: 4000,
+            signal: Signal::P99,
             margin: 0.1,
             hold_ticks: 2,
             backoff_ns: 4_000_000,
             max_backoff_ns: 64_000_000,
         }
+    }
+}
+
+impl SloParams {
+    /// The run-time parameter names of the controller; every name of
+    /// [`PerfParams::KEYS`] is taken too (the mechanism underneath).
+    pub const KEYS: &'static [&'static str] =
+        &["target_ns", "signal", "margin", "hold_ticks", "backoff_ns", "max_backoff_ns"];
+
+    /// Sets the parameter `key` from its text `value`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        match key {
+            "target_ns" => self.target_ns = parse_param_min(value, 1)?,
+            "signal" => {
+                self.signal = match value.trim() {
+                    "p99" => Signal::P99,
+                    "mean" => Signal::Mean,
+                    _ => return Err(ParamError::BadValue),
+                }
+            }
+            "margin" => {
+                let m: f64 = parse_param(value)?;
+                if !(0.0..1.0).contains(&m) {
+                    return Err(ParamError::BadValue);
+                }
+                self.margin = m;
+            }
+            "hold_ticks" => self.hold_ticks = parse_param_min(value, 1)?,
+            "backoff_ns" => self.backoff_ns = parse_param(value)?,
+            "max_backoff_ns" => self.max_backoff_ns = parse_param(value)?,
+            _ => return self.perf.set(key, value),
+        }
+        Ok(())
     }
 }
 
@@ -124,6 +172,27 @@ impl Slo {
         self.level
     }
 
+    /// The latency the controller steers by this tick: over the
+    /// delay-sensitive tenants with completions, the largest per-tick p99
+    /// ([`Signal::P99`]) or the completion-weighted mean ([`Signal::Mean`]);
+    /// `None` without such a tenant.
+    pub fn signal(&self, stats: &[TenantStats]) -> Option<u64> {
+        let delay = stats
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| self.perf.class_of(*i, s) == TenantClass::DelaySensitive && s.completed > 0)
+            .map(|(_, s)| s);
+        match self.params.signal {
+            Signal::P99 => delay.map(|s| s.p99_latency_ns as u64).max(),
+            Signal::Mean => {
+                let (sum, n) = delay.fold((0u64, 0u64), |(sum, n), s| {
+                    (sum.saturating_add(s.mean_latency_ns.saturating_mul(s.completed)), n + s.completed)
+                });
+                sum.checked_div(n)
+            }
+        }
+    }
+
     /// One control step at `now_ns` on the latency sample `latency_ns`.
     pub fn control(&mut self, now_ns: u64, latency_ns: u64) {
         let p = &self.params;
@@ -166,14 +235,7 @@ impl Policy for Slo {
         if !self.perf.delay_active(stats) {
             return;
         }
-        let (mut sum, mut n) = (0u64, 0u64);
-        for (i, s) in stats.iter().enumerate() {
-            if self.perf.class_of(i, s) == TenantClass::DelaySensitive && s.completed > 0 {
-                sum += s.mean_latency_ns * s.completed;
-                n += s.completed;
-            }
-        }
-        if let Some(l) = sum.checked_div(n) {
+        if let Some(l) = self.signal(stats) {
             self.control(now_ns, l);
         }
         let (chunk, mut zero_weight) = LADDER[self.level];
@@ -196,6 +258,15 @@ impl Policy for Slo {
 
     fn tick_interval_ns(&self) -> u64 {
         self.perf.tick_interval_ns()
+    }
+
+    /// [`SloParams::KEYS`] and PeRF's; the controller restarts from the
+    /// new parameters.
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        let mut params = self.params;
+        params.set(key, value)?;
+        *self = Slo::new(params);
+        Ok(())
     }
 }
 

@@ -24,7 +24,7 @@
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 use perf_policy_common::{chunk_granule, Perf, PerfParams};
-use perf_policy_sdk::{export_policy, Pacing, Policy, TenantPlan, TenantStats};
+use perf_policy_sdk::{export_policy, Pacing, ParamError, Policy, TenantPlan, TenantStats};
 
 /// The weighted policy.
 #[derive(Debug, Clone, Default)]
@@ -80,6 +80,11 @@ impl Policy for Weighted {
 
     fn tick_interval_ns(&self) -> u64 {
         self.perf.tick_interval_ns()
+    }
+
+    /// PeRF's parameters ([`PerfParams::KEYS`]).
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        self.perf.set_param(key, value)
     }
 }
 
