@@ -13,7 +13,7 @@ R=./target/release/perf-runner
 POLICIES=${POLICIES:-$($R policy list | awk '$1 !~ /^wasm:/ {print $1}' | paste -sd, -)}
 # Experiment 6's folder (its section, table and plots) is kept unless RUN_EXP6=1 redoes it.
 mkdir -p docs/plots
-find docs/plots -mindepth 1 -maxdepth 1 ! -name exp6 -exec rm -rf {} +
+find docs/plots -mindepth 1 -maxdepth 1 -name 'exp*' ! -name exp6 -exec rm -rf {} +
 
 # compare EXP-FILE [extra flags]: the command, its table, its plots.
 compare() {
