@@ -102,7 +102,10 @@ impl DriveSample {
 impl<R: Rnic> Load<R> {
     /// Builds the dataplane over `nic` under `policy` with the tenants of `shape`.
     pub fn new(nic: R, policy: PolicyHost, shape: LoadShape) -> Result<Self, RnicError> {
-        let mut cfg = DataplaneConfig::default();
+        // Queues sized so that every data QP fits the shared CQs (the
+        // paper's scale case has 8001 of them), as `perf-runner run` does.
+        let qps = shape.tenants as usize * shape.qps as usize + 1;
+        let mut cfg = DataplaneConfig::for_qps(qps);
         if let Some(d) = shape.sq_depth {
             cfg.sq_depth = d;
         }
