@@ -17,10 +17,14 @@ pub fn run_opts(scenario: &str, policy: &str, alone: bool) -> Value {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let path = dir.join("scenarios").join(scenario);
     let tag = scenario.replace('/', "_");
+    // Unique per call: tests of one process run the same scenario and
+    // policy concurrently, and each removes its report after reading it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let json = std::env::temp_dir().join(format!(
-        "perf-runner-test-{}-{}-{tag}.json",
+        "perf-runner-test-{}-{call}-{}-{tag}.json",
         std::process::id(),
-        policy.replace(':', "_")
+        policy.replace([':', '=', ','], "_")
     ));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_perf-runner"));
     cmd.arg("run").arg(&path).args(["--policy", policy, "--json"]).arg(&json);
