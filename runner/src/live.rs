@@ -357,13 +357,7 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
     if let Peers::Remote(conn) = &mut peers {
         conn.barrier().context("the final barrier with the serving host")?;
     }
-    let reports: Vec<TenantReport> = tenants
-        .into_iter()
-        .map(|t| {
-            let (name, group, result) = t.into_result();
-            TenantReport::new(&name, &group, result)
-        })
-        .collect();
+    let reports: Vec<TenantReport> = tenants.into_iter().map(TenantApp::into_report).collect();
     let dataplane = dp.counters();
     let policy_counters = dp.policy().counters;
     Ok(Report {

@@ -237,13 +237,7 @@ pub fn report(
     total_ns: u64,
 ) -> Report {
     let nic = fabric.counters(0);
-    let reports: Vec<TenantReport> = tenants
-        .into_iter()
-        .map(|t| {
-            let (name, group, result) = t.into_result();
-            TenantReport::new(&name, &group, result)
-        })
-        .collect();
+    let reports: Vec<TenantReport> = tenants.into_iter().map(TenantApp::into_report).collect();
     let total = total_ns.max(1);
     let dataplane = dp.counters();
     let policy_counters = dp.policy().counters;

@@ -201,9 +201,9 @@ impl<N: Rnic> TenantApp<N> {
         app
     }
 
-    /// The tenant's name, group and results, ending the app.
-    pub fn into_result(self) -> (String, String, TenantResult) {
-        (self.spec.name, self.spec.group, self.result)
+    /// The tenant's report, ending the app.
+    pub fn into_report(self) -> crate::report::TenantReport {
+        crate::report::TenantReport::new(&self.spec.name, &self.spec.group, self.result)
     }
 
     fn now(&self) -> u64 {
