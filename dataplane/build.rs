@@ -20,6 +20,7 @@ const POLICIES: &[(&str, &str)] = &[
     ("perf-policy-justitia", "perf_policy_justitia"),
     ("perf-policy-weighted", "perf_policy_weighted"),
     ("perf-policy-slo", "perf_policy_slo"),
+    ("perf-policy-fairshare", "perf_policy_fairshare"),
 ];
 
 /// The outer build's wrappers and flags (clippy, coverage, native

@@ -52,6 +52,7 @@ impl Policy for Rotate {
                 split: SplitPlan { chunk_bytes: 4096, zero_weight_per_chunk: 2 },
                 split_threshold: 1,
                 class: TenantClass::Bandwidth,
+                ..TenantPlan::PASSTHROUGH
             };
         }
     }

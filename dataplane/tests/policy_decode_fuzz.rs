@@ -93,6 +93,8 @@ fn any_plan() -> impl Strategy<Value = TenantPlan> {
         split: abi::unpack_split(((w[3] as u64) << 32 | w[2] as u64) as i64),
         split_threshold: d[2],
         class: TenantClass::from_u32(class).unwrap_or(TenantClass::Unknown),
+        window_kib: w[0] as u16,
+        read_window_kib: w[1] as u16,
     })
 }
 

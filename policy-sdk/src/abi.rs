@@ -166,6 +166,12 @@ pub fn encode_pacing(p: &Pacing, b: &mut [u8]) {
     put_u32(b, offset_of!(Pacing, paused), p.paused);
 }
 
+fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
@@ -214,6 +220,8 @@ pub fn encode_plan(p: &TenantPlan, b: &mut [u8]) {
     put_u32(b, split + offset_of!(SplitPlan, zero_weight_per_chunk), p.split.zero_weight_per_chunk);
     put_u64(b, offset_of!(TenantPlan, split_threshold), p.split_threshold);
     put_u32(b, offset_of!(TenantPlan, class), p.class as u32);
+    put_u16(b, offset_of!(TenantPlan, window_kib), p.window_kib);
+    put_u16(b, offset_of!(TenantPlan, read_window_kib), p.read_window_kib);
 }
 
 /// Reads a [`TenantPlan`] from the first [`PLAN_SIZE`] bytes of `b`.
@@ -235,6 +243,8 @@ pub fn decode_plan(b: &[u8]) -> Result<TenantPlan, DecodeError> {
         },
         split_threshold: get_u64(b, offset_of!(TenantPlan, split_threshold)),
         class,
+        window_kib: get_u16(b, offset_of!(TenantPlan, window_kib)),
+        read_window_kib: get_u16(b, offset_of!(TenantPlan, read_window_kib)),
     })
 }
 
@@ -276,6 +286,7 @@ const _: () = {
     assert!(offset_of!(TenantStats, p99_latency_ns) == 60);
     assert!(size_of::<TenantPlan>() == PLAN_SIZE && align_of::<TenantPlan>() == 8);
     assert!(offset_of!(TenantPlan, split) == 24 && offset_of!(TenantPlan, class) == 40);
+    assert!(offset_of!(TenantPlan, window_kib) == 44 && offset_of!(TenantPlan, read_window_kib) == 46);
     assert!(size_of::<RequestInfo>() == REQUEST_SIZE && offset_of!(RequestInfo, depth) == 20);
     assert!(offset_of!(RequestSlot, plan) == REQUEST_PLAN_OFFSET);
     assert!(size_of::<RequestSlot>() == REQUEST_SLOT_SIZE);
@@ -297,6 +308,8 @@ mod tests {
             split: SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 16 },
             split_threshold: 1024,
             class: TenantClass::DelaySensitive,
+            window_kib: 48,
+            read_window_kib: 7,
         };
         let mut b = [0xAAu8; PLAN_SIZE];
         encode_plan(&plan, &mut b);

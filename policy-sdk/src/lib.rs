@@ -52,7 +52,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 2);
+pub const ABI_VERSION: (u16, u16) = (1, 3);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -149,6 +149,10 @@ pub mod limits {
     pub const MIN_BURST: u64 = 1024;
     /// Largest token-bucket burst, bytes.
     pub const MAX_BURST: u64 = 1 << 40;
+    /// What a WQE costs against an in-flight window beyond its payload,
+    /// per packet of up to 4 KiB: about one packet's headers, preamble and
+    /// gap (86 B on RoCEv2) and one NIC scheduler turn at line rate.
+    pub const WQE_OVERHEAD_BYTES: u64 = 128;
 }
 
 impl SplitPlan {
@@ -221,6 +225,18 @@ pub struct TenantPlan {
     pub split_threshold: u64,
     /// The class the policy assigned (reported, not enforced).
     pub class: TenantClass,
+    /// In-flight window (ABI 1.3), KiB: the most payload bytes of the
+    /// tenant's WRITE and SEND WQEs (chunks and whole messages, each
+    /// counted with [`limits::WQE_OVERHEAD_BYTES`] per packet) posted to
+    /// the NIC and not yet completed; more is held in software, in order.
+    /// A WQE is posted while the tenant is below its window, so it may go
+    /// over by one WQE. 0 = no window. These bytes were padding before, so
+    /// a 1.2 module leaves them 0.
+    pub window_kib: u16,
+    /// In-flight window for the tenant's READs (ABI 1.3), KiB: the bytes
+    /// of READ responses requested and not yet completed (the responder's
+    /// wire, which the requester does not schedule). 0 = no window.
+    pub read_window_kib: u16,
 }
 
 impl TenantStats {
@@ -275,7 +291,15 @@ impl TenantPlan {
         split: SplitPlan::WHOLE,
         split_threshold: 0,
         class: TenantClass::Unknown,
+        window_kib: 0,
+        read_window_kib: 0,
     };
+
+    /// Whether the tenant has an in-flight window (ABI 1.3) in either
+    /// direction, and so posts its data through fair admission.
+    pub const fn windowed(&self) -> bool {
+        self.window_kib > 0 || self.read_window_kib > 0
+    }
 
     /// Checks the plan against the host's limits.
     pub fn validate(&self) -> Result<(), Rejection> {

@@ -5,6 +5,7 @@ mod compare_cmd;
 mod ctl;
 mod devices_cmd;
 mod driver;
+mod isolation;
 mod live;
 mod output;
 mod perftest_cmd;
@@ -43,6 +44,10 @@ enum Command {
     /// Runs one scenario (same seed) under several policies and hardware
     /// modes, and each tenant group alone, and prints them side by side.
     Compare(compare_cmd::Args),
+    /// Runs the victim x attacker isolation matrix under every policy and
+    /// hardware baseline and judges each tenant against its entitlement
+    /// (docs/isolation.md).
+    Matrix(isolation::matrix::Args),
     /// ib_write_bw on the simulator: perftest's flags and columns.
     #[command(name = "write-bw")]
     WriteBw(perftest_cmd::Args),
@@ -113,6 +118,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Devices(a) => devices_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
+        Command::Matrix(a) => isolation::matrix::run(a),
         Command::Ctl(a) => ctl::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;

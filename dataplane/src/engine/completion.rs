@@ -16,14 +16,14 @@ impl<R: Rnic> Dataplane<R> {
         q.failed = true;
         // Releases still queued (or never posted) may never run: their
         // hand-offs may need rescuing.
-        let releases = q.posted.iter().filter(|(_, m)| matches!(m, Meta::Release)).count() as u32;
+        let releases = q.posted.iter().filter(|(_, m, _)| matches!(m, Meta::Release)).count() as u32;
         let lost = releases + q.pending_release as u32;
         q.pending_release = false;
         self.tenants[q.tenant as usize].lost_releases += lost;
         // A hidden chunk's error belongs to the first message whose last WQE
         // is still posted; if there is none, to the message being posted (its
         // first chunks failed while the rest was still in software).
-        let app_posted = q.posted.iter().any(|(_, m)| matches!(m, Meta::App { .. }));
+        let app_posted = q.posted.iter().any(|(_, m, _)| matches!(m, Meta::App { .. }));
         let cursor_status = cursor_status.unwrap_or_else(|| {
             if app_posted {
                 WcStatus::WrFlushErr
@@ -103,14 +103,16 @@ impl<R: Rnic> Dataplane<R> {
         let index = q.index;
         // `posted` holds consecutive sequence numbers from its front to
         // `next_seq`: a completion is ours if its number lies in that range.
-        let Some(&(front, _)) = q.posted.front() else { return };
+        let Some(&(front, _, _)) = q.posted.front() else { return };
         if seq_low.wrapping_sub(front) & WR_SEQ_MASK >= q.next_seq - front {
             return;
         }
         let mut out = std::mem::take(&mut self.scratch.out);
         out.clear();
         let mut hidden = 0u64;
-        while let Some((seq, meta)) = q.posted.pop_front() {
+        let mut released = [0u64; 2];
+        while let Some((seq, meta, charge)) = q.posted.pop_front() {
+            released[charge.read as usize] += charge.bytes as u64;
             let this = seq & WR_SEQ_MASK == seq_low;
             let status = if this { wc.status } else { WcStatus::Success };
             match meta {
@@ -140,6 +142,7 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
+        self.tenants[t].release_window(released);
         let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
         if !out.is_empty() {

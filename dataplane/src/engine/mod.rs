@@ -18,6 +18,7 @@
 //! a core in real time.
 
 mod active_set;
+mod admission;
 mod completion;
 pub mod control_qp;
 mod handoff;
@@ -45,7 +46,7 @@ use control_qp::ControlQp;
 pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
 pub use pinned::PinReport;
-use qp::{Cursor, DpQp, Meta};
+use qp::{Cursor, DpQp, Meta, WindowCharge};
 use recovery::SharedCq;
 use split::{emit_chunk, WqeSpec};
 pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
@@ -119,6 +120,9 @@ pub struct DataplaneCounters {
     pub wqes_posted: u64,
     /// Data WQEs posted (chunks and whole messages).
     pub data_wqes: u64,
+    /// Times a QP stopped posting because its tenant's in-flight window
+    /// was full (the plan's `window_kib` / `read_window_kib`).
+    pub window_holds: u64,
     /// Zero-weight WRs posted.
     pub zero_weight_wrs: u64,
     /// Post lists (doorbells).
@@ -172,6 +176,22 @@ struct TenantState {
     paused: bool,
     /// Completions delivered to it so far.
     delivered: u64,
+    /// Bytes charged against its in-flight windows (WRITE / SEND, READ):
+    /// data WQEs posted and not yet retired.
+    inflight: [u64; 2],
+    /// Fair admission: bytes it may still admit in this round (deficit
+    /// round robin), and the QP of its own to admit from next.
+    deficit: i64,
+    next_qp: usize,
+}
+
+impl TenantState {
+    /// Gives back what retired WQEs held of the windows.
+    fn release_window(&mut self, released: [u64; 2]) {
+        for (k, r) in released.into_iter().enumerate() {
+            self.inflight[k] = self.inflight[k].saturating_sub(r);
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -205,6 +225,10 @@ pub struct Dataplane<R: Rnic> {
     qps: Vec<DpQp>,
     policy: PolicyHost,
     plans: Vec<TenantPlan>,
+    /// Some plan has an in-flight window (posting then rotates over QPs).
+    windowed: bool,
+    /// The tenant fair admission serves first in the next round.
+    admit_next: usize,
     /// The policy's rate limit of each tenant (applied to the buckets).
     pacing: Vec<Pacing>,
     next_tick_ns: u64,
@@ -262,6 +286,8 @@ impl<R: Rnic> Dataplane<R> {
             qps: Vec::new(),
             policy,
             plans: Vec::new(),
+            windowed: false,
+            admit_next: 0,
             pacing: Vec::new(),
             next_tick_ns: 0,
             wcs: vec![Wc::EMPTY; 256],
@@ -347,6 +373,9 @@ impl<R: Rnic> Dataplane<R> {
             bucket: TokenBucket::new(),
             paused: false,
             delivered: 0,
+            inflight: [0; 2],
+            deficit: 0,
+            next_qp: 0,
         });
         self.plans.push(TenantPlan::PASSTHROUGH);
         self.pacing.push(Pacing::UNLIMITED);

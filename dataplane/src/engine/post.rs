@@ -8,23 +8,28 @@ use super::*;
 
 impl<R: Rnic> Dataplane<R> {
     pub(super) fn post_all(&mut self, now: u64) -> Result<bool, RnicError> {
-        let mut did = false;
+        // Tenants with an in-flight window post their data through fair
+        // admission (`admission.rs`); here they post only control WQEs.
+        let mut did = if self.windowed { self.admit(now)? } else { false };
         for qi in 0..self.qps.len() {
             let t = self.qps[qi].tenant as usize;
             let allowed = !self.tenants[t].paused && (self.plans[t].max_active_qps == 0 || self.qps[qi].active);
             if self.qps[qi].failed {
                 continue;
             }
+            let max_chunks = if self.windowed && self.plans[t].windowed() { 0 } else { u32::MAX };
             if self.qps[qi].pending_release
                 || (allowed && (self.qps[qi].has_work() || self.qps[qi].pending_wait.is_some()))
             {
-                did |= self.post_qp(qi, allowed, now)?;
+                did |= self.post_qp(qi, allowed, now, max_chunks)?;
             }
         }
         Ok(did)
     }
 
-    pub(super) fn post_qp(&mut self, qi: usize, allowed: bool, now: u64) -> Result<bool, RnicError> {
+    /// Posts QP `qi`'s pending control WQEs and, if `allowed`, up to
+    /// `max_chunks` data chunks (whole messages or sub-requests).
+    pub(super) fn post_qp(&mut self, qi: usize, allowed: bool, now: u64, max_chunks: u32) -> Result<bool, RnicError> {
         let depth = self.cfg.sq_depth;
         let signal_every = (depth / 4).max(1);
         let zw_cq = self.zw_cq;
@@ -39,7 +44,14 @@ impl<R: Rnic> Dataplane<R> {
         // The release ends the QP's previous stream, so it goes first.
         if q.pending_release && free > 0 {
             if let Some((release, _)) = pcq_ops {
-                specs.push(WqeSpec { opcode: release, sge: None, inline: false, signaled: false, meta: Meta::Release });
+                specs.push(WqeSpec {
+                    opcode: release,
+                    sge: None,
+                    inline: false,
+                    signaled: false,
+                    meta: Meta::Release,
+                    charge: WindowCharge::default(),
+                });
                 q.since_signal += 1;
                 free -= 1;
             }
@@ -56,6 +68,7 @@ impl<R: Rnic> Dataplane<R> {
                 inline: false,
                 signaled: false,
                 meta: Meta::Hidden,
+                charge: WindowCharge::default(),
             });
             q.pending_wait = None;
             q.waiting_on = Some(count);
@@ -63,7 +76,8 @@ impl<R: Rnic> Dataplane<R> {
             free -= 1;
         }
         let mut room = free.saturating_sub(CTRL_RESERVE);
-        while allowed && !self.qps[qi].failed {
+        let mut chunks = 0u32;
+        while allowed && !self.qps[qi].failed && chunks < max_chunks {
             if !self.tenants[t].bucket.may_post(now) {
                 self.counters.paced_holds += 1;
                 break;
@@ -96,9 +110,22 @@ impl<R: Rnic> Dataplane<R> {
             match emit_chunk(cur, room, zw_cq, signal_every, &mut q.since_signal, &mut specs) {
                 None => break,
                 Some(done) => {
+                    chunks += 1;
                     room -= (specs.len() - before) as u32;
-                    let bytes = specs[before].sge.map_or(0, |g| g.length as u64);
+                    let bytes = specs.get(before).and_then(|s| s.sge).map_or(0, |g| g.length as u64);
                     self.tenants[t].bucket.take(bytes);
+                    if let Some(c) = specs.get(before).map(|s| s.charge) {
+                        self.tenants[t].inflight[c.read as usize] += c.bytes as u64;
+                    }
+                    // Under a window, every chunk is signaled: its CQE gives
+                    // its bytes back, so the window refills chunk by chunk.
+                    if plan.windowed() {
+                        let after = (specs.len() - before - 1) as u32;
+                        if let Some(s) = specs.get_mut(before).filter(|s| !s.signaled) {
+                            s.signaled = true;
+                            q.since_signal = after;
+                        }
+                    }
                     if done {
                         let len = cur.wr.len as u64;
                         q.cursor = None;
@@ -168,7 +195,7 @@ impl<R: Rnic> Dataplane<R> {
         self.scratch.sges = sges;
         let q = &mut self.qps[qi];
         for (k, s) in specs.iter().take(posted).enumerate() {
-            q.posted.push_back((base + k as u64, s.meta));
+            q.posted.push_back((base + k as u64, s.meta, s.charge));
             if s.sge.is_some() {
                 self.counters.data_wqes += 1;
             } else if matches!(s.opcode, WrOpcode::Wait { cq, count: 0 } if cq == zw_cq) {
@@ -187,6 +214,11 @@ impl<R: Rnic> Dataplane<R> {
             let q = &mut self.qps[qi];
             let lost = specs[posted..].iter().filter(|s| matches!(s.meta, Meta::Release)).count();
             self.tenants[t].lost_releases += lost as u32;
+            let mut unposted = [0u64; 2];
+            for s in &specs[posted..] {
+                unposted[s.charge.read as usize] += s.charge.bytes as u64;
+            }
+            self.tenants[t].release_window(unposted);
             for s in &specs[posted..] {
                 if let Meta::App { wr_id, posted_ns, .. } = s.meta {
                     let status = first.take().unwrap_or(WcStatus::WrFlushErr);

@@ -29,6 +29,25 @@ pub(crate) enum Meta {
     App { wr_id: u64, len: u32, posted_ns: u64 },
 }
 
+/// What a posted WQE holds of its tenant's in-flight windows
+/// ([`perf_policy_sdk::TenantPlan::window_kib`]) until it is retired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WindowCharge {
+    /// Counted against the READ window (else the WRITE / SEND window).
+    pub read: bool,
+    /// Bytes: payload plus the per-packet overhead.
+    pub bytes: u32,
+}
+
+impl WindowCharge {
+    /// The charge of a data WQE of `len` payload bytes.
+    pub fn data(len: u32, read: bool) -> Self {
+        let pkts = (len as u64).div_ceil(4096).max(1);
+        let bytes = len as u64 + pkts * perf_policy_sdk::limits::WQE_OVERHEAD_BYTES;
+        WindowCharge { read, bytes: bytes.min(u32::MAX as u64) as u32 }
+    }
+}
+
 /// Dataplane state of one data QP.
 pub(crate) struct DpQp {
     pub tenant: u32,
@@ -39,8 +58,8 @@ pub(crate) struct DpQp {
     /// Requests waiting for the QP to be allowed, in post order.
     pub held: VecDeque<WorkRequest>,
     pub cursor: Option<Cursor>,
-    /// Posted WQEs not yet retired: (sequence number, meaning).
-    pub posted: VecDeque<(u64, Meta)>,
+    /// Posted WQEs not yet retired: (sequence number, meaning, window charge).
+    pub posted: VecDeque<(u64, Meta, WindowCharge)>,
     pub next_seq: u64,
     pub since_signal: u32,
     /// RECVs posted, in order.
@@ -104,6 +123,13 @@ impl DpQp {
             dead: VecDeque::new(),
             progress_ns: 0,
         }
+    }
+
+    /// Whether the next data WQE it would post is a READ (a READ's bytes
+    /// come back on the responder's wire).
+    pub fn next_is_read(&self) -> bool {
+        let op = self.cursor.as_ref().map(|c| &c.wr.op).or_else(|| self.held.front().map(|w| &w.op));
+        matches!(op, Some(super::tenant::RequestOp::Read { .. }))
     }
 
     /// Requests held or being posted.

@@ -98,7 +98,9 @@ impl<R: Rnic> Dataplane<R> {
         let t = q.tenant as usize;
         let index = q.index;
         let mut out = Vec::new();
-        for (_, meta) in q.posted.drain(..) {
+        let mut released = [0u64; 2];
+        for (_, meta, charge) in q.posted.drain(..) {
+            released[charge.read as usize] += charge.bytes as u64;
             match meta {
                 Meta::App { wr_id, posted_ns, .. } => out.push(Completion {
                     wr_id,
@@ -115,6 +117,7 @@ impl<R: Rnic> Dataplane<R> {
         }
         q.outstanding = 0;
         q.pending_error = None;
+        self.tenants[t].release_window(released);
         for c in out {
             self.counters.refused += 1;
             self.deliver(t, c);

@@ -4,7 +4,7 @@
 //! each chunk, and signaling so that only the last chunk carries the
 //! application's completion while send-queue slots are still reclaimed.
 
-use super::qp::{Cursor, Meta};
+use super::qp::{Cursor, Meta, WindowCharge};
 use super::tenant::RequestOp;
 use crate::rnic::{CqHandle, RemoteAddr, Sge, WrOpcode};
 
@@ -17,6 +17,8 @@ pub(crate) struct WqeSpec {
     pub inline: bool,
     pub signaled: bool,
     pub meta: Meta,
+    /// What it holds of the tenant's in-flight windows.
+    pub charge: WindowCharge,
 }
 
 /// Whole messages up to this size are posted inline, as verbs
@@ -73,10 +75,18 @@ pub(crate) fn emit_chunk(
         Meta::Hidden
     };
     let inline = last && cur.offset == 0 && this <= INLINE_MAX as u64 && !matches!(cur.wr.op, RequestOp::Read { .. });
-    out.push(WqeSpec { opcode, sge, inline, signaled, meta });
+    let charge = WindowCharge::data(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
+    out.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
     *since_signal = if signaled { 0 } else { *since_signal + 1 };
     for _ in 0..zw {
-        out.push(WqeSpec { opcode: zero_weight(zw_cq), sge: None, inline: false, signaled: false, meta: Meta::Hidden });
+        out.push(WqeSpec {
+            opcode: zero_weight(zw_cq),
+            sge: None,
+            inline: false,
+            signaled: false,
+            meta: Meta::Hidden,
+            charge: WindowCharge::default(),
+        });
         *since_signal += 1;
     }
     cur.offset += this;

@@ -295,6 +295,7 @@ impl<R: Rnic> Dataplane<R> {
         let old = std::mem::replace(&mut self.policy, host);
         self.retire(old);
         self.plans.fill(TenantPlan::PASSTHROUGH);
+        self.windowed = false;
         // The old policy's rate limits go with it.
         self.pacing.fill(Pacing::UNLIMITED);
         self.tenants.iter_mut().for_each(|t| t.bucket.set(Pacing::UNLIMITED, now));
@@ -341,6 +342,7 @@ impl<R: Rnic> Dataplane<R> {
         );
         self.policy.reclaim(now, why);
         self.plans.fill(TenantPlan::PASSTHROUGH);
+        self.windowed = false;
         self.next_tick_ns = now;
         for q in &mut self.qps {
             q.progress_ns = now;

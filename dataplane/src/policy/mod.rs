@@ -159,6 +159,7 @@ impl PolicyHost {
             "justitia" => Box::new(perf_policy_justitia::Justitia::default()),
             "weighted" => Box::new(perf_policy_weighted::Weighted::default()),
             "slo" => Box::new(perf_policy_slo::Slo::default()),
+            "fairshare" => Box::new(perf_policy_fairshare::FairShare::default()),
             _ => return None,
         };
         Some(Self::new(p))
@@ -248,6 +249,10 @@ impl PolicyHost {
             "PeRF with bandwidth shares proportional to tenant weights (chunk size per weight), work-conserving",
         ),
         ("slo", "PeRF with chunk size and zero-weight WRs adapted online to a delay-sensitive latency target (3 us)"),
+        (
+            "fairshare",
+            "weighted max-min fair shares of the NIC: water-filled in-flight windows per tenant, 8 KB sub-requests for all",
+        ),
     ];
 
     /// The policy's name (`passthrough` after a fallback).

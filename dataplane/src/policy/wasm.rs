@@ -763,9 +763,10 @@ pub mod embedded {
     static JUSTITIA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_justitia.wasm"));
     static WEIGHTED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_weighted.wasm"));
     static SLO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_slo.wasm"));
+    static FAIRSHARE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_fairshare.wasm"));
 
     /// Names of the embedded modules.
-    pub const NAMES: &[&str] = &["perf", "passthrough", "justitia", "weighted", "slo"];
+    pub const NAMES: &[&str] = &["perf", "passthrough", "justitia", "weighted", "slo", "fairshare"];
 
     /// The embedded module called `name`; `None` if unknown or if the
     /// build could not compile it (see the build script's warning).
@@ -776,6 +777,7 @@ pub mod embedded {
             "justitia" => JUSTITIA,
             "weighted" => WEIGHTED,
             "slo" => SLO,
+            "fairshare" => FAIRSHARE,
             _ => return None,
         };
         (!b.is_empty()).then_some(b)

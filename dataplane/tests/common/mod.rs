@@ -58,6 +58,7 @@ impl ForceSplit {
             split: SplitPlan { chunk_bytes: self.chunk, zero_weight_per_chunk: self.zw },
             split_threshold: 1,
             class: TenantClass::Bandwidth,
+            ..TenantPlan::PASSTHROUGH
         }
     }
 }

@@ -149,6 +149,7 @@ impl<const B: u32> Policy for Hostile<B> {
                         split: SplitPlan::WHOLE,
                         split_threshold: 0,
                         class: TenantClass::Bandwidth,
+                        ..TenantPlan::PASSTHROUGH
                     };
                 }
             }

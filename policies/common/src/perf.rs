@@ -467,6 +467,7 @@ impl Policy for Perf {
                 split: SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: zero_weight },
                 split_threshold: if class == TenantClass::Bandwidth { p.split_threshold } else { 0 },
                 class,
+                ..TenantPlan::PASSTHROUGH
             };
             if let Some(slot) = self.pacing.get_mut(i) {
                 let bucket = if class == TenantClass::Bandwidth && p.rate_bytes_per_s > 0 {

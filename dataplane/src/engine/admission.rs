@@ -1,0 +1,121 @@
+//! Fair admission: the data WQEs of tenants with an in-flight window
+//! (ABI 1.3, `TenantPlan::window_kib` / `read_window_kib`) enter the NIC
+//! under a budget they share, in weighted deficit round robin.
+//!
+//! The budget of a direction (WRITE / SEND on the requester's wire, READ
+//! responses on the responder's) is the largest window among the tenants
+//! with work: the bytes their posted, not yet completed WQEs hold stay
+//! below it, so what queues in the NIC ahead of a new message stays short
+//! whatever the tenants' QP counts. Which tenant gets the room a
+//! completion frees is decided here, not by the NIC's round robin over
+//! QPs: each visit gives a tenant a quantum in proportion to its weight,
+//! and a tenant posts while its deficit lasts. Admissions, and so
+//! completions, are shared by weight in bytes (payload plus the
+//! per-packet overhead), whatever each tenant's round-trip time.
+//! A tenant with nothing in flight in a direction may always post one
+//! WQE there: a ping-pong or a sparse sender never waits for room.
+
+use super::*;
+
+/// Bytes a tenant of weight 1 may admit per visit.
+const QUANTUM_BYTES: i64 = 16 * 1024;
+
+impl<R: Rnic> Dataplane<R> {
+    /// Admits the windowed tenants' data (see the module comment). Returns
+    /// whether anything was posted.
+    pub(super) fn admit(&mut self, now: u64) -> Result<bool, RnicError> {
+        let n = self.tenants.len();
+        let mut budget = [0u64; 2];
+        let mut total = [0u64; 2];
+        for (t, ts) in self.tenants.iter().enumerate() {
+            let p = &self.plans[t];
+            if !p.windowed() {
+                continue;
+            }
+            budget[0] = budget[0].max(p.window_kib as u64 * 1024);
+            budget[1] = budget[1].max(p.read_window_kib as u64 * 1024);
+            total[0] += ts.inflight[0];
+            total[1] += ts.inflight[1];
+        }
+        let mut did = false;
+        let mut stopped_at = None;
+        loop {
+            let mut progress = false;
+            for k in 0..n {
+                let t = (self.admit_next + k) % n;
+                if !self.plans[t].windowed() || self.tenants[t].paused {
+                    continue;
+                }
+                let Some(mut qi) = self.next_data_qp(t) else {
+                    self.tenants[t].deficit = 0;
+                    continue;
+                };
+                let quantum = QUANTUM_BYTES * self.tenants[t].weight.max(1) as i64;
+                if self.tenants[t].deficit <= 0 {
+                    self.tenants[t].deficit += quantum;
+                }
+                while self.tenants[t].deficit > 0 {
+                    let read = self.qps[qi].next_is_read();
+                    let dir = read as usize;
+                    let open = budget[dir] == 0 || total[dir] < budget[dir] || self.tenants[t].inflight[dir] == 0;
+                    if !open {
+                        self.counters.window_holds += 1;
+                        stopped_at.get_or_insert(t);
+                        break;
+                    }
+                    let before = self.tenants[t].inflight;
+                    did |= self.post_qp(qi, true, now, 1)?;
+                    let after = self.tenants[t].inflight;
+                    let charged = (after[0] + after[1]).saturating_sub(before[0] + before[1]);
+                    if charged == 0 {
+                        // The QP could not post (send queue full, bucket in
+                        // debt): the tenant's turn ends.
+                        break;
+                    }
+                    total[0] += after[0].saturating_sub(before[0]);
+                    total[1] += after[1].saturating_sub(before[1]);
+                    self.tenants[t].deficit -= charged as i64;
+                    progress = true;
+                    match self.next_data_qp(t) {
+                        Some(q) => qi = q,
+                        None => {
+                            self.tenants[t].deficit = 0;
+                            break;
+                        }
+                    }
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        // The next round starts with the first tenant that found no room.
+        if let Some(t) = stopped_at {
+            self.admit_next = t;
+        }
+        Ok(did)
+    }
+
+    /// Tenant `t`'s QP to admit data from: the one it admitted from last if
+    /// that QP is in the middle of a message (messages complete one after
+    /// the other), else the next of its QPs with work, round robin.
+    fn next_data_qp(&mut self, t: usize) -> Option<usize> {
+        let ts = &self.tenants[t];
+        let m = ts.qps.len();
+        let capped = self.plans[t].max_active_qps > 0;
+        let ready = |q: &DpQp| !q.failed && q.has_work() && (!capped || q.active) && q.pending_wait.is_none();
+        let cur = *ts.qps.get(ts.next_qp % m.max(1))?;
+        if self.qps[cur].cursor.is_some() && ready(&self.qps[cur]) {
+            return Some(cur);
+        }
+        for k in 1..=m {
+            let j = (ts.next_qp + k) % m;
+            let qi = ts.qps[j];
+            if ready(&self.qps[qi]) {
+                self.tenants[t].next_qp = j;
+                return Some(qi);
+            }
+        }
+        None
+    }
+}

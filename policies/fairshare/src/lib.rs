@@ -1,0 +1,277 @@
+//! `fairshare`: every tenant gets its weighted max-min fair share of the
+//! NIC, whatever its message sizes, QP count, operation or post lists,
+//! with the NIC kept busy (`docs/policies.md#fairshare`,
+//! `docs/isolation.md`).
+//!
+//! The NIC round-robins the QPs that have work in it, one turn each, and
+//! serves a READ's response from the responder's port in the order the
+//! requests arrived. So what a tenant gets, and what a small message
+//! waits behind, is decided by what each tenant has *in* the NIC. This
+//! policy decides that, with two mechanisms of the dataplane and no
+//! classification:
+//!
+//! - **In-flight windows** (ABI 1.3): each tenant may have at most its
+//!   window of bytes posted and not completed, one window for WRITE / SEND
+//!   (the requester's wire) and one for READ (the responder's wire). The
+//!   windows are a fixed budget per direction, large enough to cover the
+//!   NIC's pipeline (so the wire never waits for the host) and small
+//!   enough that what queues in the NIC ahead of a new message is short.
+//!   Every tick the budget is water-filled among the tenants with work:
+//!   a tenant that would put less in flight than its weighted share (a
+//!   ping-pong, a sparse sender) gets what it needs, the rest is split by
+//!   weight. A tenant's QP count does not matter: its QPs share its window.
+//! - **Sub-requests with a zero-weight WR after each**: every WRITE or READ
+//!   larger than one chunk is split into chunks (every tenant alike: there
+//!   is no size below which a tenant escapes), and the zero-weight WR ends
+//!   the QP's NIC turn after one chunk, so a small message waits for at
+//!   most one chunk of each QP in the NIC. A SEND consumes one RECV and
+//!   stays whole (the receiver's RECV would have to be split too); its
+//!   window still bounds how much of it the tenant has in flight.
+//!
+//! Work conservation follows from the windows being shares of a budget
+//! that covers the pipeline: a tenant alone gets the whole budget, and
+//! tenants without work hold none of it.
+//!
+//! One crate, two uses: the dataplane's built-in `fairshare` and, through
+//! [`export_policy!`], the `fairshare.wasm` module (`--policy wasm:fairshare`).
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+use perf_policy_sdk::{
+    export_policy, limits, parse_param_min, ParamError, Policy, RequestInfo, RequestOp, SplitPlan, TenantPlan,
+    TenantStats,
+};
+
+/// Most tenants the policy tracks (the wasm ABI's limit).
+const MAX_TENANTS: usize = perf_policy_sdk::abi::MAX_TENANTS;
+
+/// Parameters (run-time: `--policy fairshare:window_kib=64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FairShareParams {
+    /// In-flight budget of WRITE and SEND bytes shared by all tenants, KiB.
+    pub window_kib: u32,
+    /// In-flight budget of READ response bytes, KiB.
+    pub read_window_kib: u32,
+    /// Chunk of a split WRITE, bytes.
+    pub chunk_bytes: u32,
+    /// Chunk of a split READ, bytes.
+    pub read_chunk_bytes: u32,
+    /// Zero-weight WRs after each chunk.
+    pub zero_weight: u32,
+    /// Tick interval, ns.
+    pub tick_ns: u64,
+    /// Smallest budget the latency feedback may shrink to, as a fraction
+    /// of the budget (per mille).
+    pub floor_permille: u32,
+    /// A sparse tenant is hurt when its mean latency in a tick exceeds its
+    /// lowest seen by this factor (per mille).
+    pub hurt_permille: u32,
+}
+
+impl Default for FairShareParams {
+    fn default() -> Self {
+        FairShareParams {
+            window_kib: 40,
+            read_window_kib: 48,
+            chunk_bytes: 8192,
+            read_chunk_bytes: 16384,
+            zero_weight: 1,
+            tick_ns: 50_000,
+            floor_permille: 400,
+            hurt_permille: 1150,
+        }
+    }
+}
+
+/// The `fairshare` policy.
+#[derive(Debug, Clone)]
+pub struct FairShare {
+    /// Its parameters.
+    pub params: FairShareParams,
+    /// Per tenant: its largest message seen since the last tick.
+    largest: [u64; MAX_TENANTS],
+    /// Per tenant: its lowest mean latency in a tick, ns (0: none yet).
+    base_latency: [u64; MAX_TENANTS],
+    /// The budgets in force, bytes (WRITE / SEND, READ).
+    budget: [u64; 2],
+}
+
+impl Default for FairShare {
+    fn default() -> Self {
+        FairShare::new(FairShareParams::default())
+    }
+}
+
+impl FairShare {
+    /// The policy with `params`.
+    pub fn new(params: FairShareParams) -> Self {
+        FairShare { params, largest: [0; MAX_TENANTS], base_latency: [0; MAX_TENANTS], budget: [0; 2] }
+    }
+
+    /// Whether some sparse tenant (one that keeps at most a chunk in
+    /// flight: a ping-pong, a sparse open-loop sender) saw a mean latency
+    /// this tick above its lowest by more than `hurt_permille`; records
+    /// the lowest.
+    fn sparse_tenant_hurt(&mut self, stats: &[TenantStats], n: usize) -> bool {
+        let mut hurt = false;
+        for (i, s) in stats.iter().enumerate().take(n) {
+            let sparse = Self::demand(s, self.largest[i]) <= 2 * self.params.chunk_bytes as u64;
+            if !sparse || s.completed < 4 || s.mean_latency_ns == 0 {
+                continue;
+            }
+            let base = &mut self.base_latency[i];
+            if *base == 0 || s.mean_latency_ns < *base {
+                *base = s.mean_latency_ns;
+            }
+            hurt |= s.mean_latency_ns * 1000 > *base * self.params.hurt_permille as u64;
+        }
+        hurt
+    }
+
+    /// What a tenant would put in flight unconstrained, bytes: its QPs with
+    /// work times their depth times its message size (plus the per-packet
+    /// overhead the windows count), at least one message.
+    fn demand(s: &TenantStats, largest: u64) -> u64 {
+        let msg = (s.ewma_msg_bytes as u64).max(1);
+        let per = msg + msg.div_ceil(4096).max(1) * limits::WQE_OVERHEAD_BYTES;
+        let want = per.saturating_mul(s.backlogged_qps.max(1) as u64).saturating_mul(s.max_depth.max(1) as u64);
+        want.max(largest.min(per))
+    }
+}
+
+impl Policy for FairShare {
+    fn name(&self) -> &str {
+        "fairshare"
+    }
+
+    fn on_request(&mut self, req: &RequestInfo, _plan: &TenantPlan) -> SplitPlan {
+        let t = req.tenant as usize;
+        let read = req.op == RequestOp::Read;
+        if let Some(l) = self.largest.get_mut(t) {
+            *l = (*l).max(req.len);
+        }
+        let chunk = if read { self.params.read_chunk_bytes } else { self.params.chunk_bytes };
+        if req.op == RequestOp::Send || req.len <= chunk as u64 {
+            SplitPlan::WHOLE
+        } else {
+            SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: self.params.zero_weight }
+        }
+    }
+
+    fn on_tick(&mut self, _now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
+        let n = stats.len().min(plans.len()).min(MAX_TENANTS);
+        let hurt = self.sparse_tenant_hurt(stats, n);
+        let mut kib = [0u16; 2];
+        for (dir, budget_kib) in [(0usize, self.params.window_kib), (1, self.params.read_window_kib)] {
+            // The budget: as large as configured while no sparse tenant
+            // waits longer than it did at its best; shrunk while one does
+            // (down to the floor), grown back by 1/8 per tick.
+            let max = budget_kib as u64 * 1024;
+            let floor = max * self.params.floor_permille as u64 / 1000;
+            let b = &mut self.budget[dir];
+            if *b == 0 {
+                *b = floor;
+            }
+            *b = if hurt { (*b * 7 / 8).max(floor) } else { (*b + max / 8).min(max) };
+            kib[dir] = b.div_ceil(1024).clamp(1, u16::MAX as u64) as u16;
+        }
+        for (i, p) in plans.iter_mut().enumerate().take(n) {
+            *p = TenantPlan {
+                split: SplitPlan {
+                    chunk_bytes: self.params.chunk_bytes,
+                    zero_weight_per_chunk: self.params.zero_weight,
+                },
+                split_threshold: self.params.chunk_bytes as u64 + 1,
+                window_kib: kib[0],
+                read_window_kib: kib[1],
+                ..TenantPlan::PASSTHROUGH
+            };
+            // What a tenant sends is remembered while it has work.
+            if stats[i].backlogged_qps == 0 {
+                self.largest[i] = 0;
+            }
+        }
+    }
+
+    fn tick_interval_ns(&self) -> u64 {
+        self.params.tick_ns
+    }
+
+    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
+        let p = &mut self.params;
+        match key {
+            "window_kib" => p.window_kib = parse_param_min(value, 1u32)?.min(u16::MAX as u32),
+            "read_window_kib" => p.read_window_kib = parse_param_min(value, 1u32)?.min(u16::MAX as u32),
+            "chunk_bytes" | "read_chunk_bytes" => {
+                let v: u32 = parse_param_min(value, limits::MIN_CHUNK)?;
+                if v > limits::MAX_CHUNK || v % 64 != 0 {
+                    return Err(ParamError::BadValue);
+                }
+                if key == "chunk_bytes" {
+                    p.chunk_bytes = v;
+                } else {
+                    p.read_chunk_bytes = v;
+                }
+            }
+            "zero_weight" => {
+                p.zero_weight = parse_param_min(value, 0u32)?;
+                if p.zero_weight > limits::MAX_ZERO_WEIGHT {
+                    return Err(ParamError::BadValue);
+                }
+            }
+            "tick_ns" => p.tick_ns = parse_param_min(value, 10_000u64)?,
+            "floor_permille" => p.floor_permille = parse_param_min(value, 1u32)?.min(1000),
+            "hurt_permille" => p.hurt_permille = parse_param_min(value, 1000u32)?,
+            _ => return Err(ParamError::UnknownKey),
+        }
+        Ok(())
+    }
+}
+
+export_policy!(FairShare);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sparse(latency_ns: u64) -> TenantStats {
+        TenantStats {
+            qps: 1,
+            backlogged_qps: 1,
+            max_depth: 1,
+            ewma_msg_bytes: 16.0,
+            completed: 100,
+            mean_latency_ns: latency_ns,
+            weight: 1,
+            ..TenantStats::ZERO
+        }
+    }
+
+    #[test]
+    fn the_budget_shrinks_while_a_sparse_tenant_waits_and_grows_back() {
+        let mut p = FairShare::default();
+        let mut plans = [TenantPlan::PASSTHROUGH; 1];
+        p.on_tick(0, &[sparse(1000)], &mut plans);
+        let first = plans[0].window_kib;
+        for _ in 0..20 {
+            p.on_tick(0, &[sparse(1000)], &mut plans);
+        }
+        assert_eq!(plans[0].window_kib as u32, p.params.window_kib);
+        assert!(first < plans[0].window_kib);
+        for _ in 0..20 {
+            p.on_tick(0, &[sparse(2000)], &mut plans);
+        }
+        let floor = p.params.window_kib * p.params.floor_permille / 1000;
+        assert!(plans[0].window_kib as u32 <= floor + 1, "{}", plans[0].window_kib);
+    }
+
+    #[test]
+    fn every_tenant_is_split_into_chunks_alike() {
+        let mut p = FairShare::default();
+        let plan = TenantPlan::PASSTHROUGH;
+        let req = |len, op| RequestInfo { tenant: 0, qp: 0, len, op, depth: 1 };
+        assert_eq!(p.on_request(&req(1000, RequestOp::Write), &plan), SplitPlan::WHOLE);
+        let big = p.on_request(&req(1 << 20, RequestOp::Write), &plan);
+        assert_eq!(big.chunk_bytes, p.params.chunk_bytes);
+        assert_eq!(p.on_request(&req(1 << 20, RequestOp::Send), &plan), SplitPlan::WHOLE);
+    }
+}
