@@ -54,6 +54,9 @@ proptest! {
             Pol::Named("justitia"),
             Pol::Named("weighted"),
             Pol::Named("slo"),
+            Pol::Named("fairshare"),
+            // A tight shared budget: fair admission holds most work back.
+            Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096"),
             // Run-time parameters: one active QP per tenant, rotated after every request.
             Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
         ] {

@@ -32,6 +32,8 @@ enum To {
     Passthrough,
     Force,
     WasmPerf,
+    /// The flagship: fair admission under a shared in-flight budget.
+    FairShare,
     /// `policies/adversarial`'s `trap_tick`: accepted, then traps in its
     /// first tick, and the host falls back.
     Trapping,
@@ -44,17 +46,30 @@ impl To {
             To::Passthrough => "passthrough".into(),
             To::Force => PolicySpec::Host(Box::new(PolicyHost::new(Box::new(ForceSplit::HEAVY)))),
             To::WasmPerf => "wasm:perf".into(),
+            To::FairShare => "fairshare".into(),
             To::Trapping => adversarial::path("trap_tick").into(),
         }
     }
 }
 
 fn to() -> impl Strategy<Value = To> {
-    prop_oneof![Just(To::Perf), Just(To::Passthrough), Just(To::Force), Just(To::WasmPerf), Just(To::Trapping)]
+    prop_oneof![
+        Just(To::Perf),
+        Just(To::Passthrough),
+        Just(To::Force),
+        Just(To::WasmPerf),
+        Just(To::FairShare),
+        Just(To::Trapping)
+    ]
 }
 
 fn start() -> impl Strategy<Value = Pol> {
-    prop_oneof![Just(Pol::Passthrough), Just(Pol::Perf), Just(Pol::Force(ForceSplit::HEAVY))]
+    prop_oneof![
+        Just(Pol::Passthrough),
+        Just(Pol::Perf),
+        Just(Pol::Force(ForceSplit::HEAVY)),
+        Just(Pol::Named("fairshare"))
+    ]
 }
 
 /// Runs a random case with `swaps` (time in ns, policy) scheduled, and
@@ -91,6 +106,7 @@ fn run_swapping(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol, swaps: &[(u64, 
     let want = match last {
         Some(To::Perf | To::WasmPerf) => "perf",
         Some(To::Force) => "force-split",
+        Some(To::FairShare) => "fairshare",
         _ => "passthrough",
     };
     prop_assert_eq!(running, want);

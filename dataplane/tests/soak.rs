@@ -144,6 +144,8 @@ const GOOD: &[&str] = &[
     "slo",
     "wasm:passthrough",
     "weighted",
+    "fairshare",
+    "wasm:fairshare",
 ];
 
 /// What runs in slot `i` (between swap `i` and swap `i + 1`): good policies

@@ -11,6 +11,7 @@ use crate::output::OutputArgs;
 use crate::report::Report;
 use crate::run_cmd::{parse_hw, run_scenario_with};
 use crate::scenario::Scenario;
+use perf_dataplane::rnic::sim::RnicProfile;
 
 /// Flags of `compare`.
 #[derive(clap::Args)]
@@ -126,8 +127,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(p) = &opts.progress {
         p.finish_and_clear();
     }
+    // Each configuration's tenants against their entitlements, the demands
+    // from the alone rows.
+    let group_alone: std::collections::HashMap<String, crate::report::TenantReport> = runs
+        .iter()
+        .filter_map(|r| r.config.strip_prefix("alone:").and_then(|g| Some((g.to_string(), r.tenants.first()?.clone()))))
+        .collect();
+    if let (false, Some(profile)) = (group_alone.is_empty(), RnicProfile::by_name(&sc.profile)) {
+        let alone = crate::isolation::contract::alone_by_tenant(&sc.tenants, &group_alone);
+        for r in runs.iter_mut().filter(|r| !r.config.starts_with("alone:")) {
+            crate::isolation::contract::annotate(&profile, &sc.tenants, &mut r.tenants, &alone);
+        }
+    }
     if !a.out.quiet {
         print!("{}", table(&name, &runs));
+        print!("{}", contract_table(&runs));
     }
     a.out.write_files(&runs, Some(&name))?;
     if let Some(path) = &a.out.json {
@@ -136,6 +150,43 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Each group's entitlement and, per configuration, achieved / entitled
+/// (or p99 over alone for a latency-bound group), with PASS / FAIL
+/// (docs/isolation.md). Empty without alone rows.
+pub fn contract_table(runs: &[Report]) -> String {
+    let rows: Vec<&Report> = runs.iter().filter(|r| !r.config.starts_with("alone:")).collect();
+    let Some(first) = rows.first() else { return String::new() };
+    let groups = first.groups();
+    if groups.iter().all(|g| g.contract.is_none()) {
+        return String::new();
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nentitlement: weighted max-min fair share of the NIC's bottlenecks, or the demand alone (docs/isolation.md);"
+    );
+    let _ = writeln!(s, "pass: achieved >= 0.85 x entitled, or p99 <= 1.5 x alone for a latency-bound tenant");
+    let w = rows.iter().map(|r| r.config.len() + 1).max().unwrap_or(0).max(18);
+    for g in &groups {
+        let Some(v) = &g.contract else { continue };
+        let _ = writeln!(
+            s,
+            "{}: entitled {:.2} Gb/s, {:.3} Mmsg/s (bound by {}){}",
+            g.group,
+            v.entitled.gbps,
+            v.entitled.mpps,
+            v.entitled.bound_by,
+            if v.latency_bound { ", latency-bound" } else { "" }
+        );
+        for r in &rows {
+            if let Some(v) = r.groups().iter().find(|t| t.group == g.group).and_then(|t| t.contract.clone()) {
+                let _ = writeln!(s, "  {:<w$} {}", r.config, crate::report::verdict_text(&v));
+            }
+        }
+    }
+    s
 }
 
 /// The side-by-side table: a row per configuration; per tenant group its

@@ -63,6 +63,10 @@ pub struct TenantReport {
     /// The same tenant alone, if measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alone: Option<Box<TenantReport>>,
+    /// Its entitlement and verdict (docs/isolation.md), when its demand
+    /// alone was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract: Option<crate::isolation::contract::Verdict>,
     /// Latency histogram in ps (for CDF plots and logs; not in JSON).
     #[serde(skip)]
     pub hist: Option<Histogram<u64>>,
@@ -91,6 +95,7 @@ impl TenantReport {
             dropped: r.dropped,
             latency_us: LatencyUs::of(&r.hist),
             alone: None,
+            contract: None,
             window_phase_ns: (r.window_ns, r.phase_ns),
             hist: Some(r.hist),
             timeline: r.timeline,
@@ -132,11 +137,46 @@ impl TenantReport {
             dropped: members.iter().map(|m| m.dropped).sum(),
             latency_us: hist.as_ref().map_or_else(LatencyUs::default, LatencyUs::of),
             alone: members.first().and_then(|m| m.alone.clone()),
+            contract: merge_contracts(members),
             hist,
             timeline,
             intervals: None,
             window_phase_ns: members.first().map_or(((0, 0), (0, 0)), |m| m.window_phase_ns),
         }
+    }
+}
+
+/// A group's verdict: entitlements add up, and it passes if every member
+/// does (`None` unless every member has one).
+fn merge_contracts(members: &[&TenantReport]) -> Option<crate::isolation::contract::Verdict> {
+    let vs: Vec<&crate::isolation::contract::Verdict> =
+        members.iter().map(|m| m.contract.as_ref()).collect::<Option<_>>()?;
+    let first = vs.first()?;
+    let mut e = first.entitled.clone();
+    e.mpps = vs.iter().map(|v| v.entitled.mpps).sum();
+    e.gbps = vs.iter().map(|v| v.entitled.gbps).sum();
+    e.demand_mpps = vs.iter().map(|v| v.entitled.demand_mpps).sum();
+    let mpps: f64 = members.iter().map(|m| m.mpps).sum();
+    Some(crate::isolation::contract::Verdict {
+        ratio: if e.mpps > 0.0 { mpps / e.mpps } else { 1.0 },
+        entitled: e,
+        latency_bound: vs.iter().all(|v| v.latency_bound),
+        p99_over_alone: vs.iter().map(|v| v.p99_over_alone).fold(0.0, f64::max),
+        pass: vs.iter().all(|v| v.pass),
+    })
+}
+
+/// `achieved / entitled 0.97 PASS` or `p99 / alone x1.23 FAIL`.
+pub fn verdict_text(v: &crate::isolation::contract::Verdict) -> String {
+    let mark = if v.pass { "PASS" } else { "FAIL" };
+    if v.latency_bound {
+        format!(
+            "latency-bound: p99 / alone x{:.2}, at most x{} {mark}",
+            v.p99_over_alone,
+            crate::isolation::contract::LATENCY_CEILING
+        )
+    } else {
+        format!("achieved / entitled {:.2}, at least {} {mark}", v.ratio, crate::isolation::contract::THROUGHPUT_FLOOR)
     }
 }
 
@@ -295,6 +335,17 @@ impl Report {
                     r(l.p99, a.latency_us.p99),
                     r(t.gbps, a.gbps),
                     r(t.mpps, a.mpps)
+                );
+            }
+            if let Some(v) = &t.contract {
+                let _ = writeln!(
+                    s,
+                    "{:<12} {:>8.2} {:>9.3}   (entitled, bound by {}; {})",
+                    "  entitled",
+                    v.entitled.gbps,
+                    v.entitled.mpps,
+                    v.entitled.bound_by,
+                    verdict_text(v)
                 );
             }
         }

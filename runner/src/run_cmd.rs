@@ -329,11 +329,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     report.scenario = a.scenario.display().to_string();
     if a.alone {
-        for (_, first) in sc.groups() {
+        let mut group_alone = std::collections::HashMap::new();
+        for (group, first) in sc.groups() {
             let alone = run_scenario_with(&sc.alone(first), policy, &hw, &opts)?;
             if let Some(t) = alone.tenants.into_iter().next() {
+                group_alone.insert(group, t.clone());
                 report.tenants[first].alone = Some(Box::new(t));
             }
+        }
+        // The contract needs the simulator's profile (a verbs run has no alone runs).
+        if let Some(profile) = RnicProfile::by_name(&sc.profile) {
+            let alone = crate::isolation::contract::alone_by_tenant(&sc.tenants, &group_alone);
+            crate::isolation::contract::annotate(&profile, &sc.tenants, &mut report.tenants, &alone);
         }
     }
     if let Some(p) = &opts.progress {

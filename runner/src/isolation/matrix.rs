@@ -17,16 +17,12 @@ use perf_dataplane::rnic::sim::RnicProfile;
 use serde::Serialize;
 
 use super::cells::{cells, Cell};
-use super::entitlement::{water_fill, Claim, Costs, Entitlement};
+use super::contract::{entitlements, judge, Verdict, LATENCY_CEILING, THROUGHPUT_FLOOR};
 use crate::compare_cmd::{split_hw, split_policies};
 use crate::report::{Report, TenantReport};
 use crate::run_cmd::{parse_hw, run_scenario_with, RunOptions};
-use crate::scenario::{Kind, Scenario};
+use crate::scenario::Scenario;
 
-/// Throughput a tenant must reach, as a fraction of its entitlement.
-pub const THROUGHPUT_FLOOR: f64 = 0.85;
-/// p99 latency a latency-bound tenant may reach, as a multiple of alone.
-pub const LATENCY_CEILING: f64 = 1.5;
 /// Utilization a policy must keep, as a fraction of passthrough's, in a
 /// cell where the tenants' demands exceed a bottleneck.
 pub const WORK_CONSERVATION_FLOOR: f64 = 0.95;
@@ -82,22 +78,16 @@ pub struct Args {
 pub struct TenantVerdict {
     /// Tenant name (`V:` victim, `A:`/`B:` attackers).
     pub name: String,
-    /// Its entitlement.
-    pub entitled: Entitlement,
     /// Achieved, millions of messages per second.
     pub mpps: f64,
     /// Achieved payload goodput, Gb/s.
     pub gbps: f64,
-    /// Achieved / entitled (messages).
-    pub ratio: f64,
-    /// Judged by latency rather than throughput.
-    pub latency_bound: bool,
     /// p99 latency, us.
     pub p99_us: f64,
     /// p99 latency alone, us.
     pub alone_p99_us: f64,
-    /// Passed its part of the contract.
-    pub pass: bool,
+    /// Its entitlement and verdict.
+    pub verdict: Verdict,
 }
 
 /// One configuration in one cell.
@@ -292,20 +282,15 @@ pub fn run_matrix(
     let mut cells_out = Vec::new();
     for (c, cell) in grid.iter().enumerate() {
         let sc = &cell.scenario;
-        let claims: Vec<Claim> = sc
-            .tenants
-            .iter()
-            .map(|t| {
-                let solo = alone.get(&t.name);
-                Claim {
-                    costs: Costs::of(profile, t),
-                    demand_per_s: solo.map_or(0.0, |r| r.mpps * 1e6),
-                    weight: t.weight as f64,
-                }
-            })
-            .collect();
-        let entitled = water_fill(&claims);
-        let backlogged = (0..3).any(|r| claims.iter().map(|c| c.demand_per_s * c.costs.per_msg[r]).sum::<f64>() > 0.9);
+        let entitled = entitlements(profile, &sc.tenants, &alone);
+        let backlogged = (0..3).any(|r| {
+            sc.tenants
+                .iter()
+                .zip(&entitled)
+                .map(|(t, e)| e.demand_mpps * 1e6 * super::entitlement::Costs::of(profile, t).per_msg[r])
+                .sum::<f64>()
+                > 0.9
+        });
         let window = ((sc.warmup_ms * 1e6) as u64, (sc.duration_ms * 1e6) as u64);
         let mut rows = Vec::new();
         let mut base = 0.0;
@@ -323,12 +308,19 @@ pub fn run_matrix(
                 .map(|(spec, e)| {
                     let got = r.tenants.iter().find(|t| t.name == spec.name);
                     let solo = alone.get(&spec.name);
-                    judge(spec.kind, &spec.name, e, got, solo)
+                    TenantVerdict {
+                        name: spec.name.clone(),
+                        mpps: got.map_or(0.0, |t| t.mpps),
+                        gbps: got.map_or(0.0, |t| t.gbps),
+                        p99_us: got.map_or(0.0, |t| t.latency_us.p99),
+                        alone_p99_us: solo.map_or(0.0, |t| t.latency_us.p99),
+                        verdict: judge(spec.kind, e, got, solo),
+                    }
                 })
                 .collect();
             rows.push(Row {
                 config: config.clone(),
-                pass: tenants.iter().all(|t| t.pass),
+                pass: tenants.iter().all(|t| t.verdict.pass),
                 utilization,
                 vs_passthrough: if base > 0.0 { busiest / base } else { 1.0 },
                 tenants,
@@ -346,33 +338,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn run_one(sc: &Scenario, policy: &str, hw: &str) -> anyhow::Result<Report> {
     run_scenario_with(sc, policy, &parse_hw(hw)?, &RunOptions::default())
-}
-
-/// Judges one tenant's figures against its entitlement.
-fn judge(
-    kind: Kind,
-    name: &str,
-    e: &Entitlement,
-    got: Option<&TenantReport>,
-    solo: Option<&TenantReport>,
-) -> TenantVerdict {
-    let (mpps, gbps, p99) = got.map_or((0.0, 0.0, f64::INFINITY), |t| (t.mpps, t.gbps, t.latency_us.p99));
-    let alone_p99 = solo.map_or(0.0, |t| t.latency_us.p99);
-    let latency_bound = kind == Kind::Lat || (kind == Kind::Open && e.sparse);
-    let ratio = if e.mpps > 0.0 { mpps / e.mpps } else { 1.0 };
-    let completed = got.is_some_and(|t| t.completed > 0);
-    let pass = if latency_bound { completed && p99 <= LATENCY_CEILING * alone_p99 } else { ratio >= THROUGHPUT_FLOOR };
-    TenantVerdict {
-        name: name.to_string(),
-        entitled: e.clone(),
-        mpps,
-        gbps,
-        ratio,
-        latency_bound,
-        p99_us: p99,
-        alone_p99_us: alone_p99,
-        pass,
-    }
 }
 
 fn summarize(config: &str, cells: &[CellResult]) -> Summary {
@@ -403,12 +368,12 @@ fn mark(r: &Row) -> String {
     if r.pass {
         return "ok".into();
     }
-    let worst = r.tenants.iter().filter(|t| !t.pass).map(|t| {
-        if t.latency_bound {
-            let x = if t.alone_p99_us > 0.0 { t.p99_us / t.alone_p99_us } else { f64::INFINITY };
+    let worst = r.tenants.iter().map(|t| &t.verdict).filter(|v| !v.pass).map(|v| {
+        if v.latency_bound {
+            let x = if v.p99_over_alone > 0.0 && v.p99_over_alone.is_finite() { v.p99_over_alone } else { 999.0 };
             (1.0 / x.max(1e-9), format!("x{:.1}", x.min(999.0)))
         } else {
-            (t.ratio, format!("{:.2}", t.ratio))
+            (v.ratio, format!("{:.2}", v.ratio))
         }
     });
     worst.min_by(|a, b| a.0.total_cmp(&b.0)).map_or_else(|| "fail".into(), |w| w.1)
@@ -455,15 +420,15 @@ pub fn table(m: &Matrix, verbose: bool) -> String {
                         "    {:<12} {:<30} entitled {:>8.3} Mmsg/s {:>7.2} Gb/s ({:<14}) got {:>8.3} {:>7.2} ratio {:>5.2} p99 {:>8.2} us alone {:>7.2}{}",
                         r.config,
                         t.name,
-                        t.entitled.mpps,
-                        t.entitled.gbps,
-                        t.entitled.bound_by,
+                        t.verdict.entitled.mpps,
+                        t.verdict.entitled.gbps,
+                        t.verdict.entitled.bound_by,
                         t.mpps,
                         t.gbps,
-                        t.ratio,
+                        t.verdict.ratio,
                         t.p99_us,
                         t.alone_p99_us,
-                        if t.pass { "" } else { "  FAIL" }
+                        if t.verdict.pass { "" } else { "  FAIL" }
                     );
                 }
                 let _ = writeln!(
@@ -522,12 +487,13 @@ pub fn heatmap(m: &Matrix) -> String {
                 .tenants
                 .iter()
                 .map(|t| {
-                    if t.pass {
+                    let v = &t.verdict;
+                    if v.pass {
                         0.0
-                    } else if t.latency_bound {
-                        (1.0 - LATENCY_CEILING * t.alone_p99_us / t.p99_us.max(1e-9)).clamp(0.2, 1.0)
+                    } else if v.latency_bound {
+                        (1.0 - LATENCY_CEILING / v.p99_over_alone.max(1e-9)).clamp(0.2, 1.0)
                     } else {
-                        (1.0 - t.ratio / THROUGHPUT_FLOOR).clamp(0.2, 1.0)
+                        (1.0 - v.ratio / THROUGHPUT_FLOOR).clamp(0.2, 1.0)
                     }
                 })
                 .fold(0.0, f64::max);

@@ -4,5 +4,6 @@
 //! [`matrix`]). See `docs/isolation.md`.
 
 pub mod cells;
+pub mod contract;
 pub mod entitlement;
 pub mod matrix;
