@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Regenerates docs/isolation-matrix.md and docs/plots/isolation/ from
+# `perf-runner matrix` on every RNIC profile (the calibrated one and the
+# costly end of the model's brackets) and from `perf-runner compare` of the
+# paper's experiments 1 to 3 under the flagship. The matrix's cells are
+# independent and run on one thread per core.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p perf-runner
+R=./target/release/perf-runner
+PROFILES=${PROFILES:-"cx6-100g cx6-100g-costly"}
+mkdir -p docs/plots/isolation
+{
+cat <<'HDR'
+# The isolation matrix, measured
+
+Every table here was printed by the command above it (virtual time,
+deterministic for the seed); `docs/gen-isolation.sh` regenerates this page
+and the heatmaps. The contract, the cells and the policies are explained in
+[isolation.md](isolation.md). Per cell and configuration: `ok` (every
+tenant within its entitlement), the worst throughput ratio (`0.41`:
+achieved / entitled), or the worst p99 over alone (`x2.3`) of a
+latency-bound tenant; `*` marks a backlogged cell.
+
+HDR
+for p in $PROFILES; do
+    echo "## Profile \`$p\`"
+    echo
+    echo "![isolation heatmap, $p](plots/isolation/matrix-$p.svg)"
+    echo
+    echo '```'
+    echo "\$ perf-runner matrix --profile $p --json docs/plots/isolation/matrix-$p.json --svg docs/plots/isolation/matrix-$p.svg"
+    /usr/bin/time -f "(wall %e s, peak RSS %M KB)" $R matrix --profile "$p" \
+        --json "docs/plots/isolation/matrix-$p.json" --svg "docs/plots/isolation/matrix-$p.svg" 2>&1
+    echo '```'
+    echo
+done
+echo "## The paper's experiments under the flagship"
+echo
+for e in exp1 exp2 exp3-q5; do
+    echo '```'
+    echo "\$ perf-runner compare runner/scenarios/paper/$e.toml --policies perf,fairshare"
+    $R compare "runner/scenarios/paper/$e.toml" --policies perf,fairshare
+    echo '```'
+    echo
+done
+} > docs/isolation-matrix.md.tmp
+mv docs/isolation-matrix.md.tmp docs/isolation-matrix.md
