@@ -116,9 +116,12 @@ fn weighted_gives_the_link_away_when_a_tenant_is_idle() {
 
 #[test]
 fn wasm_modules_decide_as_the_native_policies() {
-    for (scenario, policy) in
-        [("suite/exp1.toml", "justitia"), ("suite/exp1.toml", "slo"), ("suite/weighted-3to1.toml", "weighted")]
-    {
+    for (scenario, policy) in [
+        ("suite/exp1.toml", "justitia"),
+        ("suite/exp1.toml", "slo"),
+        ("suite/weighted-3to1.toml", "weighted"),
+        ("suite/weighted-3to1.toml", "fairshare"),
+    ] {
         let native = run_opts(scenario, policy, false);
         let wasm = run_opts(scenario, &format!("wasm:{policy}"), false);
         for key in ["tenants", "rnic", "dataplane"] {

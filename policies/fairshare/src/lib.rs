@@ -203,7 +203,7 @@ impl Policy for FairShare {
             "read_window_kib" => p.read_window_kib = parse_param_min(value, 1u32)?.min(u16::MAX as u32),
             "chunk_bytes" | "read_chunk_bytes" => {
                 let v: u32 = parse_param_min(value, limits::MIN_CHUNK)?;
-                if v > limits::MAX_CHUNK || v % 64 != 0 {
+                if v > limits::MAX_CHUNK || !v.is_multiple_of(64) {
                     return Err(ParamError::BadValue);
                 }
                 if key == "chunk_bytes" {

@@ -265,7 +265,7 @@ pub fn run_matrix(
                     next.store(jobs.len(), Ordering::Relaxed);
                 }
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if verbose_progress && n % 16 == 0 {
+                if verbose_progress && n.is_multiple_of(16) {
                     eprint!("\r{n}/{} runs", jobs.len());
                 }
             });
