@@ -400,6 +400,16 @@ impl Daemon {
     }
 }
 
+impl Drop for Daemon {
+    /// A failed test does not leave its daemon running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status().expect("kill");
     assert!(ok.success());
@@ -446,7 +456,8 @@ impl Proc {
 }
 
 /// A sender and a receiver, connected, the receiver's RECVs posted; `n`
-/// messages on `qps` QPs.
+/// messages on `qps` QPs (message `k` on QP `k mod qps`, every odd one a
+/// WRITE_WITH_IMM: at most 1024 of those per QP, the receive queue's depth).
 fn start_pair(sock: &Path, tag: &str, n: u64, qps: u32) -> (Proc, Proc) {
     let s = sock.display().to_string();
     let (tx, rx) = (format!("tx-{tag}"), format!("rx-{tag}"));
@@ -504,13 +515,13 @@ fn two_pairs() {
 fn killed_client() {
     let d = scratch("kill");
     let daemon = Daemon::start(&d);
-    let (send, recv) = start_pair(&daemon.sock, "calm", 3000, 2);
+    let (send, recv) = start_pair(&daemon.sock, "calm", 2000, 2);
     // The victim floods its own QPs; it is killed while its requests are in flight.
     let mut victim = Proc::spawn(&["flood".into(), daemon.sock.display().to_string(), "victim".into()]);
     victim.expect("FLOODING");
     victim.child.kill().expect("SIGKILL");
     let _ = victim.child.wait();
-    finish_pair(send, recv, 3000);
+    finish_pair(send, recv, 2000);
     // The daemon closed the victim: its name is free again (a live
     // tenant's name is refused).
     let opts = ConnectOptions { tenant: Some("victim".into()), ..ConnectOptions::default() };
