@@ -71,7 +71,7 @@ impl Mapping {
     fn check(&self, offset: usize, size: usize, align: usize) {
         let end = offset.checked_add(size);
         assert!(
-            end.is_some_and(|e| e <= self.len) && offset % align == 0,
+            end.is_some_and(|e| e <= self.len) && offset.is_multiple_of(align),
             "shared-memory access of {size} B at {offset} outside the {} B mapping",
             self.len
         );
