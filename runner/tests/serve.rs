@@ -5,8 +5,9 @@
 //! - Two sender / receiver pairs (four processes) at once: every request
 //!   completes exactly once, in per-QP order, and the receivers check the
 //!   bytes that landed (and the senders READ some back).
-//! - A client killed with SIGKILL mid-run: the daemon cleans it up, the
-//!   pair running beside it loses nothing, a new client still connects,
+//! - A client killed with SIGKILL mid-run: the daemon cleans it up (its
+//!   name is free again, its shared memory unmapped), the pair running
+//!   beside it loses nothing, a new client still connects,
 //!   and the daemon drains and exits cleanly on SIGTERM.
 //! - A client that writes proptest-generated garbage into its request ring
 //!   (bad opcodes, QP and region indices, lengths, keys), then moves its
@@ -537,6 +538,18 @@ fn killed_client() {
         }
     };
     drop(again);
+    // Every client is gone: the daemon has unmapped all their segments and
+    // regions, the killed one's included.
+    let maps = format!("/proc/{}/maps", daemon.child.id());
+    let end = Instant::now() + Duration::from_secs(20);
+    let shared = || {
+        let text = std::fs::read_to_string(&maps).expect("the daemon's maps");
+        text.lines().filter(|l| l.contains("memfd:perf-")).count()
+    };
+    while shared() > 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(shared(), 0, "shared memory still mapped in the daemon after every client left");
     // The daemon still serves new clients.
     let (s2, r2) = start_pair(&daemon.sock, "after", 200, 1);
     finish_pair(s2, r2, 200);
