@@ -14,6 +14,7 @@ mod realtime;
 mod report;
 mod run_cmd;
 mod scenario;
+mod serve;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -75,6 +76,10 @@ enum Command {
     /// Live control of a `run --realtime --ctl`: hot swaps, stats, pause /
     /// resume of a tenant, over the run's control socket.
     Ctl(ctl::Args),
+    /// Runs the dataplane as a daemon for tenants that are other processes
+    /// (the `perf-client` library; docs/shm-abi.md): shared-memory rings,
+    /// memory shared as memfds, live control as `run --realtime --ctl`.
+    Serve(serve::Args),
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -120,6 +125,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(a) => compare_cmd::run(a),
         Command::Matrix(a) => isolation::matrix::run(a),
         Command::Ctl(a) => ctl::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "perf-runner", &mut std::io::stdout());

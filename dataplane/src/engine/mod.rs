@@ -399,6 +399,34 @@ impl<R: Rnic> Dataplane<R> {
         Ok(mr)
     }
 
+    /// Registers a region for tenant `t` that `register` makes on the NIC
+    /// in the tenant's protection domain (for memory the NIC's own
+    /// [`Rnic::reg_mr`] does not allocate, such as
+    /// `SimRnic::reg_mr_external`); the tenant's requests may then use it.
+    pub fn reg_mr_with(
+        &mut self,
+        t: u32,
+        register: impl FnOnce(&mut R, PdHandle) -> Result<Mr, RnicError>,
+    ) -> Result<Mr, RnicError> {
+        let pd = self.tenant_mut(t)?.pd;
+        let mr = register(&mut self.nic, pd)?;
+        self.tenant_mut(t)?.mrs.push(mr);
+        Ok(mr)
+    }
+
+    /// Deregisters tenant `t`'s region `mr`: the tenant's requests can no
+    /// longer name it. The caller makes sure nothing in flight uses it.
+    pub fn dereg_mr(&mut self, t: u32, mr: Mr) -> Result<(), RnicError> {
+        let ts = self.tenant_mut(t)?;
+        let at = ts
+            .mrs
+            .iter()
+            .position(|m| *m == mr)
+            .ok_or(RnicError::InvalidArgument(format!("tenant {t} has no region with lkey {:#x}", mr.lkey)))?;
+        ts.mrs.swap_remove(at);
+        self.nic.dereg_mr(mr.handle)
+    }
+
     /// Creates a data QP for tenant `t` in traffic class `tc`; returns its
     /// index within the tenant and its endpoint for the peer.
     pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {

@@ -35,9 +35,24 @@ impl<R: Rnic + 'static> Dataplane<R> {
     /// and available), and spins until `stop` is set. The thread returns
     /// the dataplane (for its counters) and a [`PinReport`].
     pub fn run_pinned(
+        self,
+        core: Option<usize>,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<JoinHandle<Result<(Self, PinReport), RnicError>>> {
+        self.run_pinned_with(core, stop, |_| Ok(false))
+    }
+
+    /// [`run_pinned`](Self::run_pinned), calling `between` on the loop's
+    /// thread after every round, at the round boundary: the owner's work
+    /// that must touch the running dataplane (adding tenants, registering
+    /// memory, moving requests in from elsewhere). `between` returns
+    /// whether it did anything (its time then counts as busy); its error
+    /// stops the loop like the NIC's.
+    pub fn run_pinned_with(
         mut self,
         core: Option<usize>,
         stop: Arc<AtomicBool>,
+        mut between: impl FnMut(&mut Self) -> Result<bool, RnicError> + Send + 'static,
     ) -> std::io::Result<JoinHandle<Result<(Self, PinReport), RnicError>>> {
         std::thread::Builder::new().name("perf-dataplane".into()).spawn(move || {
             let pinned = match core {
@@ -55,7 +70,8 @@ impl<R: Rnic + 'static> Dataplane<R> {
                 let policy_before = self.counters.policy_ns;
                 // A round that only ticked the policy worked too: the
                 // policy's time stays a part of the busy time.
-                if self.round()? || self.counters.policy_ns != policy_before {
+                let worked = self.round()?;
+                if between(&mut self)? | worked || self.counters.policy_ns != policy_before {
                     let d = t.elapsed();
                     busy += d;
                     self.counters.busy_ns += d.as_nanos() as u64;

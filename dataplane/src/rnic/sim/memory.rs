@@ -10,8 +10,45 @@
 //! than the recorded copy and every destination page is no newer than it.
 
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 
 use crate::rnic::{AccessFlags, RnicError};
+
+/// Memory a caller lends a simulated host to back a region with (instead
+/// of a buffer the model allocates): for example pages shared with another
+/// process, so the simulated NIC moves that process's real bytes. The
+/// region owns it until it is deregistered, then drops it.
+pub trait ExternalMemory: Send {
+    /// The region's bytes.
+    fn bytes(&self) -> &[u8];
+    /// The region's bytes, for the NIC to write.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+/// The bytes behind a region: the model's own buffer or lent memory.
+enum MrBuf {
+    Owned(Vec<u8>),
+    External(Box<dyn ExternalMemory>),
+}
+
+impl Deref for MrBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            MrBuf::Owned(v) => v,
+            MrBuf::External(m) => m.bytes(),
+        }
+    }
+}
+
+impl DerefMut for MrBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            MrBuf::Owned(v) => v,
+            MrBuf::External(m) => m.bytes_mut(),
+        }
+    }
+}
 
 const PAGE_SHIFT: u32 = 12;
 
@@ -21,7 +58,7 @@ pub(crate) struct MrState {
     pub addr: u64,
     pub access: AccessFlags,
     pub key: u32,
-    buf: Vec<u8>,
+    buf: MrBuf,
     stamps: Vec<u64>,
 }
 
@@ -73,13 +110,23 @@ impl MemStore {
     }
 
     pub fn register(&mut self, pd: u32, len: usize, access: AccessFlags) -> (u32, u64, u32) {
+        self.register_buf(pd, MrBuf::Owned(vec![0; len]), access)
+    }
+
+    /// Registers lent memory (all of it) as a region.
+    pub fn register_external(&mut self, pd: u32, mem: Box<dyn ExternalMemory>, access: AccessFlags) -> (u32, u64, u32) {
+        self.register_buf(pd, MrBuf::External(mem), access)
+    }
+
+    fn register_buf(&mut self, pd: u32, buf: MrBuf, access: AccessFlags) -> (u32, u64, u32) {
+        let len = buf.len();
         let idx = self.mrs.len() as u32;
         self.key_gen = self.key_gen.wrapping_add(0x9e);
         let key = (idx << 8) | (self.key_gen & 0xff);
         let addr = self.next_addr;
         self.next_addr += ((len as u64 + 4095) & !4095) + 4096;
         let pages = len.div_ceil(1 << PAGE_SHIFT).max(1);
-        self.mrs.push(Some(MrState { pd, addr, access, key, buf: vec![0; len], stamps: vec![0; pages] }));
+        self.mrs.push(Some(MrState { pd, addr, access, key, buf, stamps: vec![0; pages] }));
         (idx, addr, key)
     }
 

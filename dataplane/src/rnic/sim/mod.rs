@@ -31,6 +31,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 pub use fault::{ib_timeout_ps, Fault, FaultCounters, IB_TIMEOUT_UNIT_PS};
+pub use memory::ExternalMemory;
 pub use profile::{Ps, RnicProfile, TcScheduler, PS_PER_NS};
 pub use qp::QpCounters;
 pub use sched::SchedCounters;
@@ -225,6 +226,18 @@ impl SimRnic {
     /// The fabric this NIC belongs to.
     pub fn fabric(&self) -> SimFabric {
         SimFabric { shared: self.shared.clone() }
+    }
+
+    /// Registers lent memory (all of `mem`) as a region of protection
+    /// domain `pd`, like [`Rnic::reg_mr`]: the model moves `mem`'s bytes,
+    /// and drops `mem` when the region is deregistered (or the fabric is).
+    pub fn reg_mr_external(
+        &mut self,
+        pd: PdHandle,
+        mem: Box<dyn ExternalMemory>,
+        access: AccessFlags,
+    ) -> Result<Mr, RnicError> {
+        self.shared.lock().v_reg_mr_external(self.host, pd, mem, access)
     }
 }
 

@@ -5,6 +5,7 @@
 use smallvec::SmallVec;
 
 use super::cq::CqState;
+use super::memory::ExternalMemory;
 use super::qp::{PeerRef, RecvEntry, SimQp, SqEntry, WqeStage};
 use super::world::{World, QPN_BASE};
 use crate::rnic::*;
@@ -47,6 +48,22 @@ impl World {
             return Err(RnicError::InvalidArgument(format!("memory region length {len} out of range (1 B to 16 GiB)")));
         }
         let (idx, addr, key) = self.mems[h].register(pd.0, len, access);
+        Ok(Mr { handle: MrHandle(idx), addr, len, lkey: key, rkey: key })
+    }
+
+    pub(crate) fn v_reg_mr_external(
+        &mut self,
+        h: usize,
+        pd: PdHandle,
+        mem: Box<dyn ExternalMemory>,
+        access: AccessFlags,
+    ) -> Result<Mr, RnicError> {
+        self.check_pd(h, pd)?;
+        let len = mem.bytes().len();
+        if len == 0 || len > (1usize << 34) {
+            return Err(RnicError::InvalidArgument(format!("memory region length {len} out of range (1 B to 16 GiB)")));
+        }
+        let (idx, addr, key) = self.mems[h].register_external(pd.0, mem, access);
         Ok(Mr { handle: MrHandle(idx), addr, len, lkey: key, rkey: key })
     }
 

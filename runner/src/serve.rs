@@ -1,0 +1,734 @@
+//! `perf-runner serve`: the dataplane as a daemon for tenants that are
+//! other processes ([`perf_client`] on their side, `docs/shm-abi.md` for
+//! the ABI).
+//!
+//! The dataplane spins on its pinned core over the wall-clock simulated
+//! NIC ([`Dataplane::run_pinned_with`]); every tenant is one connection on
+//! the daemon's Unix socket, and its QPs connect to other tenants' QPs in
+//! the NIC's loopback. A thread per connection answers the setup protocol
+//! and hands what must touch the dataplane (adding the tenant, registering
+//! its memfds as regions, creating and connecting QPs) to the loop as
+//! [`Setup`] commands. At every round boundary the loop also runs each
+//! client's [`Bridge`]: requests from its shared request ring into its
+//! [`TenantHandle`], completions from the handle into its completion ring.
+//! Live control (`perf-runner ctl`) works as for `run --realtime`.
+//!
+//! A client that goes away (its socket ends) or breaks its ring is closed
+//! ([`Bridge::close`]): its QPs are moved to the error state, what it had
+//! in flight completes (and is dropped), then its regions are
+//! deregistered. The engine has no way to remove a tenant, so its slot
+//! stays, idle, under the name it had. SIGTERM / SIGINT drain every client
+//! (nothing new is taken, everything taken completes into its ring), then
+//! stop the loop and remove the socket files.
+
+use std::collections::VecDeque;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use perf_dataplane::engine::{
+    Completion, CompletionKind, Dataplane, DataplaneConfig, PostRefused, RequestOp, TenantHandle, WorkRequest,
+};
+use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rnic::sim::{ClockMode, ExternalMemory, RnicProfile, SimFabric, SimRnic};
+use perf_dataplane::rnic::*;
+use perf_shm::abi::{self, FLAG_IMM, KIND_RECV, KIND_SEND};
+use perf_shm::proto::{self, Reply, Request};
+use perf_shm::{CompletionEntry, DaemonEnd, Layout, Opcode, RequestEntry, SegmentStatus, SharedRegion, Status};
+use serde::Deserialize;
+
+use crate::ctl::CtlServer;
+
+/// How long a connection waits for the loop to answer a setup command.
+const SETUP_WAIT: Duration = Duration::from_secs(10);
+/// How long a closing client's in-flight requests may take to complete
+/// before its regions are deregistered anyway.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// Requests taken from one client's ring per round.
+const TAKE_PER_ROUND: u64 = 256;
+
+/// `perf-runner serve`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The Unix socket clients connect to.
+    #[arg(long, default_value = "perf-serve.sock", value_name = "PATH")]
+    socket: PathBuf,
+    /// Scheduling policy: a built-in name, `wasm:NAME` or a `.wasm` file
+    /// (`perf-runner policy list`).
+    #[arg(long, default_value = "perf", value_name = "SPEC")]
+    policy: String,
+    /// The simulated RNIC's profile.
+    #[arg(long, default_value = "cx6-100g", value_name = "NAME")]
+    profile: String,
+    /// The dataplane's core (default: the last one).
+    #[arg(long, value_name = "N")]
+    core: Option<usize>,
+    /// Which users may be which tenants, and their weights (TOML:
+    /// `[[tenant]] name = "bulk"  uid = 1000  weight = 1`). Without it,
+    /// any local process may connect, under the name it asks for.
+    #[arg(long, value_name = "FILE.toml")]
+    tenants: Option<PathBuf>,
+    /// The control socket for `perf-runner ctl` (default: ctl's default,
+    /// `$PERF_RUNNER_CTL` or `perf-runner.sock`).
+    #[arg(long, value_name = "PATH")]
+    ctl: Option<PathBuf>,
+    /// At shutdown, how long to wait for in-flight requests, in seconds.
+    #[arg(long, default_value_t = 10, value_name = "S")]
+    drain_secs: u64,
+}
+
+/// One entry of the tenants file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantEntry {
+    name: String,
+    uid: u32,
+    #[serde(default = "one")]
+    weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantsFile {
+    #[serde(default)]
+    tenant: Vec<TenantEntry>,
+}
+
+/// Reads and checks the tenants file.
+fn load_tenants(path: &Path) -> anyhow::Result<Vec<TenantEntry>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("tenants file {}", path.display()))?;
+    let file: TenantsFile = toml::from_str(&text).with_context(|| format!("tenants file {}", path.display()))?;
+    for (i, t) in file.tenant.iter().enumerate() {
+        if t.name.is_empty() || t.name.len() > 64 || t.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            anyhow::bail!(
+                "tenants file {}: tenant {i}: name {:?} (1-64 characters, no spaces)",
+                path.display(),
+                t.name
+            );
+        }
+        if t.weight == 0 {
+            anyhow::bail!("tenants file {}: tenant {:?}: weight 0 (at least 1)", path.display(), t.name);
+        }
+        if file.tenant[..i].iter().any(|o| o.name == t.name) {
+            anyhow::bail!("tenants file {}: tenant {:?} appears twice", path.display(), t.name);
+        }
+    }
+    Ok(file.tenant)
+}
+
+/// Which tenant a process of user `uid` (process `pid`) that asked for
+/// `asked` is, and its weight.
+fn resolve_tenant(
+    tenants: Option<&[TenantEntry]>,
+    uid: u32,
+    pid: i32,
+    asked: Option<&str>,
+) -> Result<(String, u32), String> {
+    let Some(tenants) = tenants else {
+        return Ok((asked.map_or_else(|| format!("pid{pid}"), str::to_string), 1));
+    };
+    let mine: Vec<&TenantEntry> = tenants.iter().filter(|t| t.uid == uid).collect();
+    let names = || mine.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
+    match asked {
+        None => {
+            mine.first().map(|t| (t.name.clone(), t.weight)).ok_or(format!("user {uid} is no tenant of this daemon"))
+        }
+        Some(a) => mine
+            .iter()
+            .find(|t| t.name == a)
+            .map(|t| (t.name.clone(), t.weight))
+            .ok_or_else(|| format!("user {uid} may not be tenant {a:?} (it may be: {})", names())),
+    }
+}
+
+/// Memory a client shared, backing one of its regions on the simulated NIC.
+struct SharedBacking(SharedRegion);
+
+impl ExternalMemory for SharedBacking {
+    fn bytes(&self) -> &[u8] {
+        self.0.bytes()
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.0.bytes_mut()
+    }
+}
+
+/// What a connection thread asks of the loop.
+enum Setup {
+    Attach { conn: u64, tenant: String, weight: u32, rings: DaemonEnd, reply: mpsc::Sender<Result<(), String>> },
+    RegMr { conn: u64, region: SharedRegion, reply: mpsc::Sender<Result<Reply, String>> },
+    CreateQp { conn: u64, tc: u8, reply: mpsc::Sender<Result<Reply, String>> },
+    ConnectQp { conn: u64, qp: u32, peer: String, peer_qp: u32, reply: mpsc::Sender<Result<Reply, String>> },
+    Detach { conn: u64 },
+}
+
+/// Where a client stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Live,
+    /// Gone or broken: nothing new is taken; completions are dropped until
+    /// everything taken has completed (or [`CLOSE_WAIT`] has passed).
+    Closing {
+        since: Instant,
+    },
+}
+
+/// One client's bridge between its shared rings and its tenant's channels.
+struct Bridge {
+    conn: u64,
+    name: String,
+    handle: TenantHandle,
+    rings: DaemonEnd,
+    mrs: Vec<Mr>,
+    qp_eps: Vec<QpEndpoint>,
+    /// Completions made here (refused entries), waiting for ring room.
+    local: VecDeque<CompletionEntry>,
+    taken: u64,
+    completed: u64,
+    phase: Phase,
+}
+
+/// Maps a dataplane completion status to the ABI's code.
+fn status_code(s: WcStatus) -> u8 {
+    (match s {
+        WcStatus::Success => Status::Success,
+        WcStatus::LocLenErr => Status::LocLenErr,
+        WcStatus::LocQpOpErr => Status::LocQpOpErr,
+        WcStatus::LocProtErr => Status::LocProtErr,
+        WcStatus::WrFlushErr => Status::WrFlushErr,
+        WcStatus::RemInvReqErr => Status::RemInvReqErr,
+        WcStatus::RemAccessErr => Status::RemAccessErr,
+        WcStatus::RemOpErr => Status::RemOpErr,
+        WcStatus::RetryExcErr => Status::RetryExcErr,
+        WcStatus::RnrRetryExcErr => Status::RnrRetryExcErr,
+    }) as u8
+}
+
+fn entry_of(c: &Completion) -> CompletionEntry {
+    CompletionEntry {
+        wr_id: c.wr_id,
+        qp: c.qp,
+        byte_len: c.byte_len,
+        imm: c.imm.unwrap_or(0),
+        status: status_code(c.status),
+        kind: if c.kind == CompletionKind::Recv { KIND_RECV } else { KIND_SEND },
+        flags: if c.imm.is_some() { FLAG_IMM } else { 0 },
+        pad: 0,
+        latency_ns: c.completed_ns.saturating_sub(c.posted_ns),
+    }
+}
+
+/// The request a ring entry asks for, or the status it is refused with.
+fn translate(e: &RequestEntry, mrs: &[Mr], qps: usize, now: u64) -> Result<WorkRequest, Status> {
+    let op = Opcode::from_code(e.opcode).ok_or(Status::LocQpOpErr)?;
+    if e.qp as usize >= qps {
+        return Err(Status::LocQpOpErr);
+    }
+    let mr = *mrs.get(e.mr as usize).ok_or(Status::LocProtErr)?;
+    let remote = RemoteAddr { addr: e.remote_addr, rkey: e.rkey };
+    let op = match op {
+        Opcode::Write => RequestOp::Write { remote },
+        Opcode::WriteImm => RequestOp::WriteImm { remote, imm: e.imm },
+        Opcode::Send => RequestOp::Send,
+        Opcode::Recv => RequestOp::Recv,
+        Opcode::Read => RequestOp::Read { remote },
+    };
+    Ok(WorkRequest { wr_id: e.wr_id, qp: e.qp, op, mr, offset: e.local_offset, len: e.len, posted_ns: now })
+}
+
+impl Bridge {
+    /// Requests taken and not yet completed.
+    fn outstanding(&self) -> u64 {
+        self.taken - self.completed
+    }
+
+    /// Moves completions out and requests in; returns whether it did
+    /// anything. A ring fault closes the client.
+    fn pump(&mut self, dp: &mut Dataplane<SimRnic>, now: u64, draining: bool) -> bool {
+        let mut did = false;
+        if let Phase::Closing { .. } = self.phase {
+            // Nobody reads the ring any more: drop what completes.
+            while self.local.pop_front().is_some() || self.handle.poll().is_some() {
+                self.completed += 1;
+                did = true;
+            }
+            return did;
+        }
+        match self.rings.completion_room() {
+            Err(fault) => {
+                self.break_ring(dp, &fault.to_string());
+                return true;
+            }
+            Ok(mut room) => {
+                let mut pushed = false;
+                while room > 0 {
+                    let next = match self.local.pop_front() {
+                        Some(c) => c,
+                        None => match self.handle.poll() {
+                            Some(c) => entry_of(&c),
+                            None => break,
+                        },
+                    };
+                    self.rings.push_completion(next);
+                    self.completed += 1;
+                    room -= 1;
+                    pushed = true;
+                }
+                if pushed {
+                    self.rings.publish_completions();
+                    did = true;
+                }
+            }
+        }
+        if draining {
+            return did;
+        }
+        let waiting = match self.rings.requests_waiting() {
+            Ok(n) => n.min(TAKE_PER_ROUND),
+            Err(fault) => {
+                self.break_ring(dp, &fault.to_string());
+                return true;
+            }
+        };
+        let mut took = 0;
+        let cap = self.rings.layout().cpl_entries as usize;
+        for i in 0..waiting {
+            let e = self.rings.request(i);
+            match translate(&e, &self.mrs, self.qp_eps.len(), now) {
+                Ok(wr) => match self.handle.post(wr) {
+                    Ok(()) => {}
+                    Err(PostRefused::Full | PostRefused::Stopped) => break,
+                },
+                Err(status) => {
+                    if self.local.len() >= cap {
+                        break;
+                    }
+                    let kind = if e.opcode == Opcode::Recv as u8 { KIND_RECV } else { KIND_SEND };
+                    let c =
+                        CompletionEntry { wr_id: e.wr_id, qp: e.qp, status: status as u8, kind, ..Default::default() };
+                    self.local.push_back(c);
+                }
+            }
+            self.taken += 1;
+            took += 1;
+        }
+        if took > 0 {
+            self.rings.consume_requests(took);
+            did = true;
+        }
+        did
+    }
+
+    /// The client broke its ring: it gets nothing more from it.
+    fn break_ring(&mut self, dp: &mut Dataplane<SimRnic>, why: &str) {
+        tracing::warn!(tenant = %self.name, "ring broken: {why}");
+        self.rings.set_status(SegmentStatus::Broken);
+        self.close(dp);
+    }
+
+    /// Stops taking requests and flushes the client's QPs (what they hold
+    /// completes with `WR_FLUSH_ERR`).
+    fn close(&mut self, dp: &mut Dataplane<SimRnic>) {
+        if let Phase::Closing { .. } = self.phase {
+            return;
+        }
+        self.phase = Phase::Closing { since: Instant::now() };
+        let t = self.handle.id;
+        let _ = dp.set_paused(&t.to_string(), false);
+        for q in 0..self.qp_eps.len() as u32 {
+            if let Some(h) = dp.nic_qp(t, q) {
+                if let Err(e) = dp.nic().modify_qp(h, QpTransition::Err) {
+                    tracing::warn!(tenant = %self.name, qp = q, "flushing the QP: {e}");
+                }
+            }
+        }
+    }
+
+    /// A closing client whose requests have all completed (or who waited
+    /// long enough): its regions are deregistered (unmapped).
+    fn finished(&self) -> bool {
+        match self.phase {
+            Phase::Live => false,
+            Phase::Closing { since } => self.outstanding() == 0 || since.elapsed() > CLOSE_WAIT,
+        }
+    }
+}
+
+/// What the loop's hook owns: the clients and the commands' channel.
+struct Hub {
+    setup: mpsc::Receiver<Setup>,
+    bridges: Vec<Bridge>,
+    draining: Arc<AtomicBool>,
+    drain_applied: bool,
+    outstanding: Arc<AtomicU64>,
+    clients: Arc<AtomicU64>,
+    /// Names the engine already has (a name comes back as `name#k`).
+    used_names: Vec<String>,
+}
+
+impl Hub {
+    fn bridge(&mut self, conn: u64) -> Result<&mut Bridge, String> {
+        self.bridges.iter_mut().find(|b| b.conn == conn).ok_or_else(|| "the connection is closed".to_string())
+    }
+
+    fn serve(&mut self, dp: &mut Dataplane<SimRnic>, cmd: Setup) {
+        match cmd {
+            Setup::Attach { conn, tenant, weight, rings, reply } => {
+                let r = self.attach(dp, conn, tenant, weight, rings);
+                let _ = reply.send(r);
+            }
+            Setup::RegMr { conn, region, reply } => {
+                let r = self.bridge(conn).map(|b| b.handle.id).and_then(|t| {
+                    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+                    dp.reg_mr_with(t, |nic, pd| nic.reg_mr_external(pd, Box::new(SharedBacking(region)), access))
+                        .map_err(|e| format!("registering the region: {e}"))
+                });
+                let r = r.and_then(|mr| {
+                    let b = self.bridge(conn)?;
+                    b.mrs.push(mr);
+                    Ok(Reply::MrRegistered { mr: b.mrs.len() as u32 - 1, addr: mr.addr, rkey: mr.rkey })
+                });
+                let _ = reply.send(r);
+            }
+            Setup::CreateQp { conn, tc, reply } => {
+                let r = self.bridge(conn).map(|b| b.handle.id).and_then(|t| {
+                    if tc > 7 {
+                        return Err(format!("traffic class {tc} (0-7)"));
+                    }
+                    dp.create_qp(t, tc).map_err(|e| format!("creating the QP: {e}"))
+                });
+                let r = r.and_then(|(qp, ep)| {
+                    let b = self.bridge(conn)?;
+                    b.qp_eps.push(ep);
+                    Ok(Reply::QpCreated { qp })
+                });
+                let _ = reply.send(r);
+            }
+            Setup::ConnectQp { conn, qp, peer, peer_qp, reply } => {
+                let r = self.connect(dp, conn, qp, &peer, peer_qp).map(|()| Reply::Connected);
+                let _ = reply.send(r);
+            }
+            Setup::Detach { conn } => {
+                if let Ok(b) = self.bridge(conn) {
+                    tracing::info!(tenant = %b.name, "client gone");
+                    b.close(dp);
+                }
+            }
+        }
+    }
+
+    fn attach(
+        &mut self,
+        dp: &mut Dataplane<SimRnic>,
+        conn: u64,
+        tenant: String,
+        weight: u32,
+        rings: DaemonEnd,
+    ) -> Result<(), String> {
+        if self.draining.load(Ordering::Relaxed) {
+            return Err("the daemon is shutting down".into());
+        }
+        if self.bridges.iter().any(|b| b.name == tenant && b.phase == Phase::Live) {
+            return Err(format!("tenant {tenant:?} is already connected"));
+        }
+        let n = self.used_names.iter().filter(|n| **n == tenant).count();
+        let engine_name = if n == 0 { tenant.clone() } else { format!("{tenant}#{n}") };
+        let handle = dp.add_tenant(&engine_name, weight).map_err(|e| format!("adding the tenant: {e}"))?;
+        self.used_names.push(tenant.clone());
+        self.bridges.push(Bridge {
+            conn,
+            name: tenant,
+            handle,
+            rings,
+            mrs: Vec::new(),
+            qp_eps: Vec::new(),
+            local: VecDeque::new(),
+            taken: 0,
+            completed: 0,
+            phase: Phase::Live,
+        });
+        Ok(())
+    }
+
+    fn connect(
+        &mut self,
+        dp: &mut Dataplane<SimRnic>,
+        conn: u64,
+        qp: u32,
+        peer: &str,
+        peer_qp: u32,
+    ) -> Result<(), String> {
+        let remote = self
+            .bridges
+            .iter()
+            .find(|b| b.name == peer && b.phase == Phase::Live)
+            .ok_or_else(|| format!("no tenant {peer:?} is connected"))?
+            .qp_eps
+            .get(peer_qp as usize)
+            .copied()
+            .ok_or_else(|| format!("tenant {peer:?} has no QP {peer_qp}"))?;
+        let b = self.bridge(conn)?;
+        if qp as usize >= b.qp_eps.len() {
+            return Err(format!("no QP {qp} (this client has {})", b.qp_eps.len()));
+        }
+        let t = b.handle.id;
+        dp.connect_qp(t, qp, remote).map_err(|e| format!("connecting QP {qp} to {peer:?} QP {peer_qp}: {e}"))
+    }
+
+    /// The loop's hook (see the module comment).
+    fn between(&mut self, dp: &mut Dataplane<SimRnic>) -> bool {
+        let mut did = false;
+        while let Ok(cmd) = self.setup.try_recv() {
+            self.serve(dp, cmd);
+            did = true;
+        }
+        let draining = self.draining.load(Ordering::Relaxed);
+        if draining && !self.drain_applied {
+            for b in &self.bridges {
+                b.rings.set_status(SegmentStatus::Draining);
+            }
+            self.drain_applied = true;
+        }
+        if !self.bridges.is_empty() {
+            let now = dp.nic().clock_ns();
+            for b in &mut self.bridges {
+                did |= b.pump(dp, now, draining);
+            }
+        }
+        if self.bridges.iter().any(Bridge::finished) {
+            let (done, live): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.bridges).into_iter().partition(Bridge::finished);
+            self.bridges = live;
+            for b in done {
+                if b.outstanding() > 0 {
+                    tracing::warn!(tenant = %b.name, left = b.outstanding(), "closing client: requests still in flight");
+                }
+                for mr in &b.mrs {
+                    if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
+                        tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
+                    }
+                }
+                tracing::info!(tenant = %b.name, taken = b.taken, completed = b.completed, "client closed");
+            }
+            self.clients.store(self.bridges.len() as u64, Ordering::Relaxed);
+        }
+        self.outstanding.store(self.bridges.iter().map(Bridge::outstanding).sum(), Ordering::Relaxed);
+        did
+    }
+}
+
+/// What every connection thread shares.
+struct Ctx {
+    tenants: Option<Vec<TenantEntry>>,
+    setup: mpsc::SyncSender<Setup>,
+}
+
+impl Ctx {
+    /// Sends a command to the loop and waits for its answer.
+    fn ask<T>(&self, make: impl FnOnce(mpsc::Sender<Result<T, String>>) -> Setup) -> Result<T, String> {
+        let (tx, rx) = mpsc::channel();
+        self.setup.send(make(tx)).map_err(|_| "the dataplane has stopped".to_string())?;
+        rx.recv_timeout(SETUP_WAIT).map_err(|_| "the dataplane did not answer".to_string())?
+    }
+}
+
+/// Serves one connection (see the module comment).
+fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
+    let (uid, pid) = proto::peer_credentials(&sock)?;
+    let refuse = |sock: &UnixStream, message: String| -> anyhow::Result<()> {
+        proto::send(sock, &Reply::Error { message: message.clone() }, &[])?;
+        anyhow::bail!("refused pid {pid}: {message}")
+    };
+    let Some((first, _)) = proto::recv::<Request>(&sock)? else { return Ok(()) };
+    let Request::Hello { abi_major, abi_minor, tenant, req_entries, cpl_entries } = first else {
+        return refuse(&sock, "the first request must be hello".into());
+    };
+    if abi_major != abi::VERSION_MAJOR {
+        let m = format!(
+            "client ring ABI {abi_major}.{abi_minor}, this daemon speaks {}.{}",
+            abi::VERSION_MAJOR,
+            abi::VERSION_MINOR
+        );
+        return refuse(&sock, m);
+    }
+    let layout = match Layout::new(req_entries, cpl_entries) {
+        Ok(l) => l,
+        Err(e) => return refuse(&sock, e.to_string()),
+    };
+    let (name, weight) = match resolve_tenant(ctx.tenants.as_deref(), uid, pid, tenant.as_deref()) {
+        Ok(t) => t,
+        Err(m) => return refuse(&sock, m),
+    };
+    let rings = DaemonEnd::create(layout)?;
+    let fd = rings.fd().try_clone_to_owned().context("duplicating the segment's descriptor")?;
+    let tenant = name.clone();
+    if let Err(m) = ctx.ask(|reply| Setup::Attach { conn, tenant, weight, rings, reply }) {
+        return refuse(&sock, m);
+    }
+    tracing::info!(tenant = %name, uid, pid, "client connected");
+    proto::send(&sock, &Reply::Welcome { tenant: name, segment_bytes: layout.total_bytes() as u64 }, &[fd.as_fd()])?;
+    drop(fd);
+    let result = loop {
+        let (req, mut fds) = match proto::recv::<Request>(&sock) {
+            Ok(Some(r)) => r,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e.into()),
+        };
+        let answer = match req {
+            Request::Hello { .. } => Err("already said hello".to_string()),
+            Request::RegMr { len } => match fds.pop() {
+                None => Err("reg_mr without a memfd".into()),
+                Some(fd) => match SharedRegion::open(fd, len as usize) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(region) => ctx.ask(|reply| Setup::RegMr { conn, region, reply }),
+                },
+            },
+            Request::CreateQp { tc } => ctx.ask(|reply| Setup::CreateQp { conn, tc, reply }),
+            Request::ConnectQp { qp, peer, peer_qp } => {
+                ctx.ask(|reply| Setup::ConnectQp { conn, qp, peer, peer_qp, reply })
+            }
+        };
+        let reply = answer.unwrap_or_else(|message| Reply::Error { message });
+        if let Err(e) = proto::send(&sock, &reply, &[]) {
+            break Err(e.into());
+        }
+    };
+    let _ = ctx.setup.send(Setup::Detach { conn });
+    result
+}
+
+/// Binds the clients' socket: a stale file is replaced, a live daemon's is
+/// an error.
+fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            anyhow::bail!("socket {}: another daemon is listening on it", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("socket {}: removing the stale file", path.display()))?;
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("socket {}: cannot listen", path.display()))?;
+    l.set_nonblocking(true).context("socket: non-blocking accept")?;
+    Ok(l)
+}
+
+/// `perf-runner serve`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let tenants = a.tenants.as_deref().map(load_tenants).transpose()?;
+    let profile = RnicProfile::by_name(&a.profile).with_context(|| {
+        format!("--profile: unknown RNIC profile {:?} (known: {})", a.profile, RnicProfile::NAMES.join(", "))
+    })?;
+    let policy = PolicyHost::load(&a.policy).map_err(|e| anyhow::anyhow!("--policy {:?}: {e}", a.policy))?;
+    let listener = bind(&a.socket)?;
+    let fabric = SimFabric::new(profile, 2, 1, ClockMode::Wall);
+    let mut dp = Dataplane::new(fabric.nic(0), policy, DataplaneConfig::default()).context("starting the dataplane")?;
+    let op = dp.operator_handle();
+
+    let stop_signal = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop_signal.clone()).context("installing the signal handlers")?;
+    }
+    let (setup_tx, setup_rx) = mpsc::sync_channel(64);
+    let draining = Arc::new(AtomicBool::new(false));
+    let outstanding = Arc::new(AtomicU64::new(0));
+    let clients = Arc::new(AtomicU64::new(0));
+    let mut hub = Hub {
+        setup: setup_rx,
+        bridges: Vec::new(),
+        draining: draining.clone(),
+        drain_applied: false,
+        outstanding: outstanding.clone(),
+        clients,
+        used_names: Vec::new(),
+    };
+    let core = a.core.or_else(|| core_affinity::get_core_ids().and_then(|ids| ids.iter().map(|c| c.id).max()));
+    let stop_loop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let dp_thread = dp
+        .run_pinned_with(core, stop_loop.clone(), move |dp| Ok(hub.between(dp)))
+        .context("starting the dataplane thread")?;
+    let ctl_path = a.ctl.clone().unwrap_or_else(crate::ctl::default_socket);
+    let ctl = CtlServer::start(&ctl_path, op, started);
+    let ctl = match ctl {
+        Ok(c) => c,
+        Err(e) => {
+            stop_loop.store(true, Ordering::Relaxed);
+            let _ = dp_thread.join();
+            let _ = std::fs::remove_file(&a.socket);
+            return Err(e);
+        }
+    };
+    println!(
+        "serving on {} (policy {}, core {}, control socket {})",
+        a.socket.display(),
+        a.policy,
+        core.map_or("none".into(), |c| c.to_string()),
+        ctl_path.display()
+    );
+
+    let ctx = Arc::new(Ctx { tenants, setup: setup_tx });
+    let mut next_conn = 0u64;
+    while !stop_signal.load(Ordering::Relaxed) && !dp_thread.is_finished() {
+        match listener.accept() {
+            Ok((sock, _)) => {
+                next_conn += 1;
+                let (ctx, conn) = (ctx.clone(), next_conn);
+                if let Err(e) = sock.set_nonblocking(false) {
+                    tracing::warn!("client socket: {e}");
+                    continue;
+                }
+                let spawned = std::thread::Builder::new().name(format!("perf-client-{conn}")).spawn(move || {
+                    if let Err(e) = serve_conn(sock, conn, &ctx) {
+                        tracing::warn!("client connection {conn}: {e:#}");
+                    }
+                });
+                if let Err(e) = spawned {
+                    tracing::warn!("starting a client thread: {e}");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                tracing::warn!("socket: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    // Shutdown: no new clients; drain what was taken; stop the loop.
+    drop(listener);
+    let _ = std::fs::remove_file(&a.socket);
+    draining.store(true, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(a.drain_secs);
+    // One more round of the hook publishes the draining status and the count.
+    std::thread::sleep(Duration::from_millis(10));
+    while outstanding.load(Ordering::Relaxed) > 0 && Instant::now() < deadline && !dp_thread.is_finished() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let left = outstanding.load(Ordering::Relaxed);
+    ctl.stop();
+    stop_loop.store(true, Ordering::Relaxed);
+    let (dp, pin) = dp_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the dataplane thread panicked"))?
+        .context("the dataplane loop failed")?;
+    let c = dp.counters();
+    println!(
+        "stopped: {} requests taken, {} completions delivered, {} refused, {left} left in flight; {} rounds, busy {:.1}%",
+        c.requests,
+        c.completions,
+        c.refused,
+        pin.rounds,
+        pin.busy_fraction * 100.0
+    );
+    if left > 0 {
+        anyhow::bail!("{left} requests were still in flight after {} s of draining", a.drain_secs);
+    }
+    Ok(())
+}
