@@ -395,7 +395,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         None => {
             let hw = parse_hw(&a.hw)?;
-            check_hw(&hw, &sc);
+            check_hw(&a.hw, &hw, &sc);
             hw
         }
     };
@@ -473,12 +473,12 @@ pub fn check_swaps(swap_at: &[String], sc: &Scenario) -> anyhow::Result<Vec<Swap
 
 /// Says (on stderr) when a class scheduler cannot change anything: every
 /// tenant in one traffic class.
-pub fn check_hw(hw: &TcScheduler, sc: &Scenario) {
+pub fn check_hw(flag: &str, hw: &TcScheduler, sc: &Scenario) {
     let first = sc.tenants.first().map_or(0, |t| t.tc);
     if !matches!(hw, TcScheduler::RoundRobin) && sc.tenants.iter().all(|t| t.tc == first) {
         eprintln!(
-            "warning: --hw {hw:?}: every tenant is in traffic class {first} (no `tc` in the scenario sets another), \
-             so the class scheduler changes nothing"
+            "warning: --hw {flag}: every tenant is in traffic class {first} (the scenario's `tc`), so the class \
+             scheduler has nothing to order and changes nothing"
         );
     }
 }
