@@ -211,6 +211,23 @@ impl Args {
             );
         }
         anyhow::ensure!(self.iters.is_none_or(|n| n >= 1), "-n 0: at least one iteration");
+        // Over a window only whole signaled batches count (perftest::bw):
+        // at least 10 of them per QP keep the figure within about 10%.
+        if let (Some(d), Test::Bw, None) = (self.duration, test, &self.with) {
+            for size in self.sizes(test) {
+                let cfg = BwConfig { size, tx_depth: self.tx_depth, cq_mod: self.cq_mod, ..BwConfig::write(size) };
+                let min_s = 10.0 * cfg.batch_ns(self.qps, profile) / 1e9;
+                anyhow::ensure!(
+                    d >= min_s,
+                    "-D {d} -s {size} -q {}: each QP signals a completion every {} messages (-Q, at most half of \
+                     -t), about every {:.3} ms, and a window counts whole signaled batches: -D {min_s:.4} or more \
+                     (10 batches), or -n",
+                    self.qps,
+                    self.cq_mod.clamp(1, (self.tx_depth / 2).max(1)),
+                    min_s / 10.0 * 1e3
+                );
+            }
+        }
         anyhow::ensure!(
             !(self.with.is_some() && self.iters.is_some()),
             "-n: beside a scenario (--with) the test runs for the scenario's window or -D seconds"

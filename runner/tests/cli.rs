@@ -360,7 +360,7 @@ fn perftest_bandwidth_never_exceeds_the_wire_and_counts_what_it_was_asked() {
         &["write-bw", "-s", "65536", "-q", "2", "-D", "0.01"],
         &["write-bw", "-s", "1048576", "-q", "16", "-n", "1"],
         &["write-bw", "-s", "4096", "-q", "4", "-l", "16", "-n", "3000"],
-        &["read-bw", "-s", "65536", "-q", "3", "-D", "0.005"],
+        &["read-bw", "-s", "65536", "-q", "3", "-D", "0.012"],
         &["send-bw", "-s", "8192", "-q", "2", "-n", "1000"],
     ];
     for (k, args) in cases.iter().enumerate() {
@@ -399,6 +399,7 @@ fn impossible_perftest_flags_are_named_up_front() {
         (&["write-bw", "-n", "18446744073709551615"], "-n 18446744073709551615"),
         (&["write-lat", "-s", "1073741824"], "-n 1000 -s 1073741824"),
         (&["write-bw", "-Q", "0"], "-Q 0"),
+        (&["write-bw", "-q", "16", "-D", "0.01"], "-D 0.01 -s 65536 -q 16"),
     ] {
         let start = std::time::Instant::now();
         let err = fails(bin().args(args));

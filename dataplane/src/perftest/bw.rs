@@ -47,6 +47,17 @@ pub struct BwConfig {
 }
 
 impl BwConfig {
+    /// About how long each QP takes between two signaled completions when
+    /// `qps` QPs share the wire of `profile`, ns: over a window (no
+    /// `iters`) only whole signaled batches count, so a window of `k` of
+    /// these is measured to within about `1/k`.
+    pub fn batch_ns(&self, qps: u32, profile: &crate::rnic::sim::RnicProfile) -> f64 {
+        let cq_mod = self.cq_mod.clamp(1, (self.tx_depth / 2).max(1)) as f64;
+        let wire_ns = self.size as f64 * 8.0 / profile.goodput_gbps(self.size);
+        // A QP moves at most about one small message per 80 ns (12.4 Mmsg/s, `calibrate`).
+        qps as f64 * cq_mod * wire_ns.max(80.0)
+    }
+
     /// `ib_write_bw -s SIZE` defaults: depth 128, post list 1, cq_mod 100
     /// (capped at half the depth), inline up to 220 B; measured over a window.
     pub fn write(size: u32) -> Self {
@@ -372,14 +383,16 @@ mod tests {
     /// One alone run; returns the average and the peak.
     fn measure(op: TestOp, size: u32, qps: usize, post_list: u32, iters: Option<u64>) -> (BwResult, BwResult) {
         let profile = RnicProfile::cx6_100g();
-        let f = SimFabric::new(profile, 2, 7, ClockMode::Virtual);
+        let f = SimFabric::new(profile.clone(), 2, 7, ClockMode::Virtual);
         let buf = size.max(64) as usize;
         let mut a = Side::new(f.nic(0), qps, buf, 0, 128).expect("side a");
         let mut b = Side::new(f.nic(1), qps, buf, 0, 128).expect("side b");
         a.connect(&mut b).expect("connect");
         let remote = b.mr.remote(0);
         let cfg = BwConfig { op, post_list, iters, ..BwConfig::write(size) };
-        let (start, end) = if iters.is_some() { (0, 10_000_000_000) } else { (300_000, 2_300_000) };
+        // A window of at least 12 signaled batches per QP (see `batch_ns`).
+        let window = (12.0 * cfg.batch_ns(qps as u32, &profile)).max(2e6) as u64;
+        let (start, end) = if iters.is_some() { (0, 10_000_000_000) } else { (300_000, 300_000 + window) };
         let mut c = BwClient::new(a, remote, cfg, start, end);
         let mut t = 0;
         while t < end && !c.done() {
@@ -405,7 +418,9 @@ mod tests {
             for qps in [1usize, 2, 16] {
                 for post_list in [1u32, 8] {
                     let n = if size >= 1 << 20 { 8 } else { 64 };
-                    for iters in [Some(n), Some(1), None] {
+                    // 16 QPs of 1 MB need a second-long window (kept to -n here).
+                    let window = (size < 1 << 20 || qps < 16).then_some(None);
+                    for iters in [Some(Some(n)), Some(Some(1)), window].into_iter().flatten() {
                         let (avg, peak) = measure(op, size, qps, post_list, iters);
                         let limit = profile.goodput_gbps(size);
                         let what = format!("{op:?} {size} B, {qps} QPs, post list {post_list}, iters {iters:?}");
