@@ -50,22 +50,30 @@ fn write_bw_prints_perftest_columns_with_line_rate() {
     let r = &rows[0];
     assert_eq!(r.len(), 5, "{out}");
     assert_eq!(r[0], 65536.0);
-    assert!(r[1] >= 2000.0, "iterations {}", r[1]);
+    assert_eq!(r[1], 2000.0, "iterations: -n 2000 prints 2000");
     assert!((90.0..=100.0).contains(&r[3]), "average {} Gb/s", r[3]);
     assert!(r[2] >= r[3] * 0.999, "peak {} under average {}", r[2], r[3]);
     let mpps = r[3] * 1e3 / (65536.0 * 8.0);
     assert!((r[4] - mpps).abs() / mpps < 0.01, "MsgRate {} vs {mpps} from BW", r[4]);
 }
 
+/// One QP's small-message rate is bound by the NIC's WQE processing
+/// (about 12.4 Mmsg/s, `calibrate`), not by doorbells: a post list of 32
+/// gives the same rate; more QPs raise it. (This test once asserted that
+/// the post list raised it, and passed on a difference of 1e-5 that the
+/// old window accounting made.)
 #[test]
-fn read_and_send_bw_run_and_post_lists_raise_small_message_rate() {
+fn read_and_send_bw_run_and_qps_raise_small_message_rate() {
     let rate = |args: &[&str]| {
         let out = stdout(bin().args(args));
         perftest_rows(&out, BW_HEADER)[0][4]
     };
     let one = rate(&["write-bw", "-s", "16", "-n", "20000", "--report_gbits"]);
     let list = rate(&["write-bw", "-s", "16", "-l", "32", "-n", "20000", "--report_gbits"]);
-    assert!(list > one, "post list 32 gave {list} Mpps, not above {one} without");
+    assert!((list - one).abs() < 0.001 * one, "post list 32 gave {list} Mpps, {one} without");
+    assert!((11.0..14.0).contains(&one), "one QP: {one} Mpps");
+    let four = rate(&["write-bw", "-s", "16", "-q", "4", "-n", "20000", "--report_gbits"]);
+    assert!(four > 3.0 * one, "4 QPs gave {four} Mpps, one {one}");
     let read = rate(&["read-bw", "-s", "4096", "-n", "2000", "--report_gbits"]);
     let send = rate(&["send-bw", "-s", "4096", "-n", "2000", "--report_gbits"]);
     assert!(read > 0.0 && send > 0.0, "read {read} send {send}");
