@@ -206,7 +206,7 @@ impl Args {
         );
         if let Some(d) = self.duration {
             anyhow::ensure!(
-                d.is_finite() && d >= 1e-4 && d <= MAX_VIRTUAL_S,
+                (1e-4..=MAX_VIRTUAL_S).contains(&d),
                 "-D {d}: 0.0001 to {MAX_VIRTUAL_S} seconds (a shorter window sees no completion)"
             );
         }
