@@ -2,14 +2,19 @@
 //! `wasm32-unknown-unknown` so that the dataplane can embed them
 //! (`policy::wasm::embedded`): a nested `cargo build --release --target
 //! wasm32-unknown-unknown` into a target directory under `OUT_DIR`, so it
-//! never contends with the outer build's directory lock. The toolchain
-//! file pins the wasm32 target, so this needs no extra command.
+//! never contends with the outer build's directory lock.
 //!
-//! A failed nested build fails the dataplane's build with the reason (the
-//! usual one: the wasm32 target is missing, `rustup target add
-//! wasm32-unknown-unknown`), because a dataplane without its policy
-//! modules would fail later in confusing ways. `PERF_NO_WASM_POLICIES=1`
-//! builds without them on purpose (`embedded::*` then returns `None`).
+//! The toolchain file names the wasm32 target, but rustup adds a toolchain
+//! file's targets only when it installs the toolchain, not to a stable
+//! toolchain that is already there. So when the target is missing from the
+//! compiler's sysroot and rustup manages the toolchain, this script adds it
+//! (`rustup target add wasm32-unknown-unknown`, with a cargo warning saying
+//! so); without rustup it stops with what to install.
+//!
+//! A failed nested build fails the dataplane's build with the reason,
+//! because a dataplane without its policy modules would fail later in
+//! confusing ways. `PERF_NO_WASM_POLICIES=1` builds without them on
+//! purpose (`embedded::*` then returns `None`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,6 +52,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PERF_NO_WASM_POLICIES");
     let skip = std::env::var_os("PERF_NO_WASM_POLICIES").is_some_and(|v| v == "1");
 
+    if !skip {
+        ensure_wasm_target();
+    }
     let target_dir = out.join("policies-target");
     let built = !skip && {
         let mut cmd = wasm_build(&root, &target_dir);
@@ -63,13 +71,64 @@ fn main() {
     adversarial(&root, &target_dir, &out, skip);
 }
 
+/// The target the policies build for.
+const WASM_TARGET: &str = "wasm32-unknown-unknown";
+
+/// Whether the compiler cargo runs has the wasm32 standard library
+/// (`SYSROOT/lib/rustlib/wasm32-unknown-unknown/lib`); `None` when the
+/// sysroot cannot be asked for.
+fn wasm_target_installed() -> Option<bool> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc).args(["--print", "sysroot"]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    Some(sysroot.join("lib/rustlib").join(WASM_TARGET).join("lib").is_dir())
+}
+
+/// Adds the wasm32 target through rustup when the compiler lacks it (see
+/// the module comment); stops the build with what to do when it cannot.
+fn ensure_wasm_target() {
+    if wasm_target_installed() != Some(false) {
+        return;
+    }
+    // Under rustup, cargo runs with RUSTUP_TOOLCHAIN naming the toolchain in use.
+    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").ok();
+    let mut cmd = Command::new("rustup");
+    cmd.args(["target", "add", WASM_TARGET]);
+    if let Some(t) = &toolchain {
+        cmd.args(["--toolchain", t]);
+    }
+    let on = toolchain.as_deref().unwrap_or("the active toolchain");
+    match cmd.output() {
+        Ok(o) if o.status.success() => {
+            println!(
+                "cargo:warning=the {WASM_TARGET} target (for the embedded wasm policies) was missing from {on}: \
+                 added it with `rustup target add {WASM_TARGET}`"
+            );
+        }
+        Ok(o) => panic!(
+            "the {WASM_TARGET} target (for the embedded wasm policies) is missing from {on}, and \
+             `rustup target add {WASM_TARGET}` failed: {}\n(or set PERF_NO_WASM_POLICIES=1 to build without \
+             the wasm policy modules)",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => panic!(
+            "the {WASM_TARGET} target (for the embedded wasm policies) is missing from this compiler's sysroot \
+             and there is no rustup to add it ({e}): install the {WASM_TARGET} standard library for this \
+             toolchain (or set PERF_NO_WASM_POLICIES=1 to build without the wasm policy modules)"
+        ),
+    }
+}
+
 /// `cargo build --release --target wasm32-unknown-unknown` in `root`,
 /// into `target_dir`, without the outer build's wrappers and flags.
 fn wasm_build(root: &Path, target_dir: &Path) -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
-        .args(["build", "--release", "--target", "wasm32-unknown-unknown", "--config", "profile.release.debug=0"])
+        .args(["build", "--release", "--target", WASM_TARGET, "--config", "profile.release.debug=0"])
         .arg("--target-dir")
         .arg(target_dir);
     for var in OUTER_ENV {
@@ -84,9 +143,8 @@ fn run_or_fail(mut cmd: Command, what: &str) -> bool {
     match cmd.status() {
         Ok(s) if s.success() => true,
         other => panic!(
-            "building {what} for wasm32-unknown-unknown failed ({other:?}). Is the target installed? \
-             `rustup target add wasm32-unknown-unknown` (or set PERF_NO_WASM_POLICIES=1 to build without \
-             the wasm policy modules)"
+            "building {what} for {WASM_TARGET} failed ({other:?}): the nested cargo's errors are above \
+             (set PERF_NO_WASM_POLICIES=1 to build without the wasm policy modules)"
         ),
     }
 }

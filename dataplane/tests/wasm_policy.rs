@@ -113,6 +113,9 @@ fn a_well_formed_wat_module_loads() {
 fn load_errors_name_what_is_wrong() {
     let l = WasmLimits::default();
     assert!(matches!(WasmPolicy::from_bytes(b"definitely not wasm", l), Err(LoadError::NotWasm)));
+    // A file cut inside the header says so, rather than "no header".
+    assert!(matches!(WasmPolicy::from_bytes(b"\0asm", l), Err(LoadError::Truncated { len: 4 })));
+    assert!(matches!(WasmPolicy::from_bytes(b"", l), Err(LoadError::Truncated { len: 0 })));
     assert!(matches!(WasmPolicy::from_bytes(b"\0asm\x01\0\0\0garbage", l), Err(LoadError::Compile(_))));
 
     match (Wat { version: 2 << 16, ..Wat::default() }).load(l) {

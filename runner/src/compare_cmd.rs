@@ -87,6 +87,7 @@ pub struct Comparison<'a> {
 
 /// Runs the command.
 pub fn run(a: Args) -> anyhow::Result<()> {
+    a.out.check()?;
     let sc = Scenario::load(&a.scenario)?;
     let name = a.scenario.display().to_string();
     let mut configs: Vec<(String, String, String)> = Vec::new();
@@ -143,12 +144,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         print!("{}", table(&name, &runs));
         print!("{}", contract_table(&runs));
     }
-    a.out.write_files(&runs, Some(&name))?;
-    if let Some(path) = &a.out.json {
-        let doc = Comparison { scenario: &name, runs: &runs };
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    a.out.write_files(&runs, Some(&name), &Comparison { scenario: &name, runs: &runs })?;
     Ok(())
 }
 

@@ -62,6 +62,25 @@ pub enum Request {
     },
 }
 
+/// Checks that a control socket may be created at `path`: nothing is
+/// there, or a stale socket (no run listens on it), which it returns
+/// `true` for. A regular file, directory or other file is never replaced,
+/// nor a socket a live run listens on.
+pub fn check_socket_path(path: &Path) -> anyhow::Result<bool> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(false) };
+    if !meta.file_type().is_socket() {
+        anyhow::bail!(
+            "control socket {}: a file that is not a socket is there; it is never replaced (choose another --ctl path)",
+            path.display()
+        );
+    }
+    if UnixStream::connect(path).is_ok() {
+        anyhow::bail!("control socket {}: another run is listening on it", path.display());
+    }
+    Ok(true)
+}
+
 /// The listening side, on its own thread for the length of a run.
 pub struct CtlServer {
     path: PathBuf,
@@ -71,15 +90,13 @@ pub struct CtlServer {
 
 impl CtlServer {
     /// Listens on `path` for the run whose loop `op` reaches and whose
-    /// pinned loop started at `started`. A socket file left by a run that
-    /// is gone is replaced; one a live run listens on is an error.
+    /// pinned loop started at `started`. A socket left by a run that is
+    /// gone is replaced; one a live run listens on, or anything that is not
+    /// a socket, is an error ([`check_socket_path`]).
     pub fn start(path: &Path, op: OperatorHandle, started: Instant) -> anyhow::Result<Self> {
-        if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                anyhow::bail!("control socket {}: another run is listening on it", path.display());
-            }
+        if check_socket_path(path)? {
             std::fs::remove_file(path)
-                .with_context(|| format!("control socket {}: removing the stale file", path.display()))?;
+                .with_context(|| format!("control socket {}: removing the stale socket", path.display()))?;
         }
         let listener =
             UnixListener::bind(path).with_context(|| format!("control socket {}: cannot listen", path.display()))?;

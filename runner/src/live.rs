@@ -25,18 +25,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use perf_dataplane::engine::{Dataplane, DataplaneConfig};
-use perf_dataplane::perftest::{App, Side};
-use perf_dataplane::policy::PolicyHost;
+use indicatif::ProgressBar;
+use perf_dataplane::perftest::App;
 use perf_dataplane::rnic::oob::{ConnInfo, OobConn};
 use perf_dataplane::rnic::verbs_open::open_verbs;
 use perf_dataplane::rnic::*;
 
 use crate::driver::NicTimeline;
-use crate::report::{CostReport, PolicyLog, Report, RnicReport, TenantReport};
-use crate::run_cmd::bucket_ns;
-use crate::scenario::{Kind, Scenario, TenantSpec};
-use crate::workload::{PeerApp, TenantApp, TenantSetup};
+use crate::report::{Report, RnicReport};
+use crate::run_cmd::{self, RunOptions};
+use crate::scenario::Scenario;
+use crate::workload::{PeerApp, TenantApp};
 
 /// How long to wait for the other host (connect, accept, each message).
 const OOB_TIMEOUT: Duration = Duration::from_secs(60);
@@ -215,40 +214,22 @@ fn access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
 }
 
-/// A tenant's buffer at the peer: `size` bytes, twice for a ping-pong.
-fn peer_buf(spec: &TenantSpec) -> usize {
-    if spec.kind == Kind::Lat {
-        2 * spec.size as usize
-    } else {
-        spec.size as usize
-    }
-}
-
-/// Where a tenant's requests land at the peer (a ping-pong writes into
-/// the second half) and where replies land at the client.
-fn target_offset(spec: &TenantSpec) -> usize {
-    if spec.kind == Kind::Lat {
-        spec.size as usize
-    } else {
-        0
-    }
-}
-
-fn peer_side<P: Rnic>(nic: P, spec: &TenantSpec) -> Result<Side<P>, RnicError> {
-    Side::new(nic, spec.qps as usize, peer_buf(spec), spec.tc, spec.depth.clamp(16, 4096))
-}
-
 fn remote_of(c: &ConnInfo) -> RemoteAddr {
     RemoteAddr { addr: c.addr, rkey: c.rkey }
 }
 
-fn seed_of(sc: &Scenario, spec: &TenantSpec) -> u64 {
-    spec.name.bytes().fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
-/// Spins `apps` until `clock` reaches `until_ns`.
-fn spin(apps: &mut [&mut dyn App], clock: &dyn Rnic, until_ns: u64) -> anyhow::Result<()> {
-    while clock.clock_ns() < until_ns {
+/// Spins `apps` until `clock` reaches `until_ns`, moving `progress` (ms).
+fn spin(apps: &mut [&mut dyn App], clock: &dyn Rnic, until_ns: u64, progress: &ProgressBar) -> anyhow::Result<()> {
+    let mut passes = 0u64;
+    loop {
+        let now = clock.clock_ns();
+        if now >= until_ns {
+            return Ok(());
+        }
+        passes += 1;
+        if passes.is_multiple_of(4096) {
+            progress.set_position(now / 1_000_000);
+        }
         let mut did = false;
         for a in apps.iter_mut() {
             did |= a.poll()?;
@@ -259,7 +240,6 @@ fn spin(apps: &mut [&mut dyn App], clock: &dyn Rnic, until_ns: u64) -> anyhow::R
             std::thread::yield_now();
         }
     }
-    Ok(())
 }
 
 /// Runs `sc` with the dataplane (and the tenants) on `nic` and the peers
@@ -269,45 +249,29 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
     policy: &str,
     nic: R,
     mut peers: Peers<P>,
+    opts: &RunOptions,
 ) -> anyhow::Result<Report> {
-    let host = PolicyHost::load(policy).with_context(|| {
-        format!("policy {policy:?}: not loadable (a built-in name, wasm:NAME or a .wasm file; see `perf-runner policy list`)")
-    })?;
     let nic = Shared::new(nic);
-    let mut dp = Dataplane::new(nic.clone(), host, DataplaneConfig::default())?;
-    let warm = (sc.warmup_ms * 1e6) as u64;
+    let mut dp = run_cmd::dataplane(sc, policy, nic.clone())?;
     let end = (sc.duration_ms * 1e6) as u64;
-    let bucket = bucket_ns(sc);
-    // Per tenant: its handle, region, and (local peers) its side.
+    // Per tenant: what the dataplane holds and its targets; local peers' apps.
     let mut setups = Vec::new();
     let mut local = Vec::new();
     let mut remote_peer = Vec::new();
     for spec in &sc.tenants {
-        let handle = dp.add_tenant(&spec.name, spec.weight)?;
-        let t = handle.id;
-        let mr = dp.reg_mr(t, peer_buf(spec))?;
-        let mut eps = Vec::new();
-        for _ in 0..spec.qps {
-            eps.push(dp.create_qp(t, spec.tc)?);
-        }
+        let added = run_cmd::add_tenant(&mut dp, spec)?;
         match &mut peers {
             Peers::Local(pnic) => {
-                let mut side = peer_side(pnic.clone(), spec)?;
-                for (i, (index, ep)) in eps.iter().enumerate() {
-                    let peer_qp = side.qps[i];
-                    dp.connect_qp(t, *index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
-                    connect::bring_up(&mut side.nic, peer_qp.handle, *ep, access())?;
-                }
-                let target = side.mr.remote(target_offset(spec));
-                local.push(PeerApp::new(spec, side, mr.remote(spec.size as usize)));
-                setups.push((handle, mr, vec![target; spec.qps as usize]));
+                let (peer, remotes) = run_cmd::connect_local(&mut dp, spec, &added, pnic.clone())?;
+                local.push(peer);
+                setups.push((added, remotes));
             }
             Peers::Remote(_) => {
-                let reply = mr.remote(spec.size as usize);
-                for (_, ep) in &eps {
+                let reply = added.mr.remote(spec.size as usize);
+                for (_, ep) in &added.qps {
                     remote_peer.push(ConnInfo { lid: 0, endpoint: *ep, rkey: reply.rkey, addr: reply.addr });
                 }
-                setups.push((handle, mr, Vec::new()));
+                setups.push((added, Vec::new()));
             }
         }
     }
@@ -321,25 +285,19 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
             );
         }
         let mut it = theirs.iter();
-        for (spec, (handle, _, remotes)) in sc.tenants.iter().zip(setups.iter_mut()) {
-            for index in 0..spec.qps {
+        for (added, remotes) in setups.iter_mut() {
+            for (index, _) in &added.qps {
                 let Some(c) = it.next() else { break };
-                dp.connect_qp(handle.id, index, c.endpoint)?;
+                dp.connect_qp(added.handle.id, *index, c.endpoint)?;
                 remotes.push(remote_of(c));
             }
         }
         conn.barrier().context("waiting for the serving host's QPs to reach RTS")?;
     }
     let mut tenants = Vec::new();
-    for (spec, (handle, mr, remotes)) in sc.tenants.iter().zip(setups) {
-        let setup = TenantSetup {
-            window: (warm, end),
-            duration_ns: end,
-            seed: seed_of(sc, spec),
-            bucket_ns: bucket,
-            interval_ns: None,
-        };
-        tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, nic.clone(), &setup));
+    for (spec, (added, remotes)) in sc.tenants.iter().zip(setups) {
+        let setup = run_cmd::tenant_setup(sc, spec, opts);
+        tenants.push(TenantApp::new(spec.clone(), added.handle, added.mr, remotes, nic.clone(), &setup));
     }
     tracing::info!(policy, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, "live run starts");
     nic.start_clock();
@@ -352,31 +310,17 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
         for p in local.iter_mut() {
             apps.push(p);
         }
-        spin(&mut apps, &nic, end).context("the run failed")?;
+        let hidden = ProgressBar::hidden();
+        spin(&mut apps, &nic, end, opts.progress.as_ref().unwrap_or(&hidden)).context("the run failed")?;
     }
     if let Peers::Remote(conn) = &mut peers {
         conn.barrier().context("the final barrier with the serving host")?;
     }
-    let reports: Vec<TenantReport> = tenants.into_iter().map(TenantApp::into_report).collect();
-    let dataplane = dp.counters();
-    let policy_counters = dp.policy().counters;
-    Ok(Report {
-        config: policy.to_string(),
-        scenario: String::new(),
-        policy: policy.to_string(),
-        hw: format!("{} ({:?})", dp.nic().device_info().name, dp.nic().cross_channel()),
-        tenants: reports,
-        // A real NIC's wire counters are not read (ethtool / port counters
-        // are outside libibverbs): only the tenants' own figures.
-        rnic: RnicReport { utilization: 0.0, wire_payload_gbps: 0.0, sched_turns: 0, ctrl_wqes: 0 },
-        cost: CostReport::new(&dataplane, &policy_counters),
-        dataplane,
-        policy_counters,
-        policy_log: PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() },
-        nic_timeline: NicTimeline::new(bucket),
-        duration_ns: end,
-        realtime: None,
-    })
+    let hw = format!("{} ({:?})", dp.nic().device_info().name, dp.nic().cross_channel());
+    // A real NIC's wire counters are not read (ethtool / port counters
+    // are outside libibverbs): only the tenants' own figures.
+    let rnic = RnicReport { utilization: 0.0, wire_payload_gbps: 0.0, sched_turns: 0, ctrl_wqes: 0 };
+    Ok(run_cmd::report_of(policy, hw, &dp, tenants, rnic, NicTimeline::new(run_cmd::bucket_ns(sc)), end))
 }
 
 /// The serving side of a two-host run: the scenario's peers on `nic` for
@@ -386,8 +330,8 @@ pub fn serve<P: Rnic>(sc: &Scenario, nic: P, listener: &TcpListener) -> anyhow::
     let mut sides = Vec::new();
     let mut mine = Vec::new();
     for spec in &sc.tenants {
-        let side = peer_side(clock.clone(), spec)?;
-        let target = side.mr.remote(target_offset(spec));
+        let side = run_cmd::peer_side(clock.clone(), spec)?;
+        let target = side.mr.remote(run_cmd::target_offset(spec));
         for qp in &side.qps {
             let endpoint = connect::endpoint(&side.nic, qp.qp_num);
             mine.push(ConnInfo { lid: 0, endpoint, rkey: target.rkey, addr: target.addr });
@@ -426,7 +370,8 @@ pub fn serve<P: Rnic>(sc: &Scenario, nic: P, listener: &TcpListener) -> anyhow::
     conn.barrier().context("waiting for the client's QPs to reach RTS")?;
     clock.start_clock();
     let mut apps: Vec<&mut dyn App> = peers.iter_mut().map(|p| p as &mut dyn App).collect();
-    spin(&mut apps, &clock, (sc.duration_ms * 1e6) as u64 + SERVE_GRACE_NS).context("serving failed")?;
+    let until = (sc.duration_ms * 1e6) as u64 + SERVE_GRACE_NS;
+    spin(&mut apps, &clock, until, &ProgressBar::hidden()).context("serving failed")?;
     conn.barrier().context("the final barrier with the client")?;
     eprintln!("served {} tenants' peers for {} ms", sc.tenants.len(), sc.duration_ms);
     Ok(())
@@ -435,20 +380,26 @@ pub fn serve<P: Rnic>(sc: &Scenario, nic: P, listener: &TcpListener) -> anyhow::
 /// `run --backend verbs`: opens the device (a clear error naming the
 /// device and what this machine has if it cannot) and runs `sc` in `mode`.
 /// Returns `None` on the serving side (the client reports).
-pub fn run_verbs(sc: &Scenario, policy: &str, device: &str, mode: &LiveMode) -> anyhow::Result<Option<Report>> {
+pub fn run_verbs(
+    sc: &Scenario,
+    policy: &str,
+    device: &str,
+    mode: &LiveMode,
+    opts: &RunOptions,
+) -> anyhow::Result<Option<Report>> {
     let open = || open_verbs(device).with_context(|| format!("--backend verbs --device {device}"));
     match mode {
         LiveMode::Loopback => {
             let nic = open()?;
             // A second context of the same device for the peers.
             let peers = Shared::new(open()?);
-            run_live(sc, policy, nic, Peers::Local(peers)).map(Some)
+            run_live(sc, policy, nic, Peers::Local(peers), opts).map(Some)
         }
         LiveMode::Client(addr) => {
             let nic = open()?;
             let conn = OobConn::connect(addr.as_str(), OOB_TIMEOUT)
                 .with_context(|| format!("--peer {addr}: connecting to the serving host"))?;
-            run_live::<_, Shared<Box<dyn Rnic>>>(sc, policy, nic, Peers::Remote(conn)).map(Some)
+            run_live::<_, Shared<Box<dyn Rnic>>>(sc, policy, nic, Peers::Remote(conn), opts).map(Some)
         }
         LiveMode::Serve(port) => {
             let nic = open()?;
@@ -460,42 +411,20 @@ pub fn run_verbs(sc: &Scenario, policy: &str, device: &str, mode: &LiveMode) -> 
     }
 }
 
-/// `perf-runner run` with `--backend verbs`: the flags the simulator
-/// alone has are refused, then the run is printed and written like a
-/// simulated one.
-#[allow(clippy::too_many_arguments)]
-pub fn run_cmd(
-    path: &std::path::Path,
-    sc: &Scenario,
-    policy: &str,
-    direct: bool,
-    hw: &str,
-    alone: bool,
-    swap_at: &[String],
-    out: &crate::output::OutputArgs,
-    device: &str,
-    mode: &LiveMode,
-) -> anyhow::Result<()> {
+/// Refuses, for `run --backend verbs`, the flags only the simulator has.
+pub fn check_flags(hw: &str, alone: bool, swaps: bool, ctl_or_watch: bool) -> anyhow::Result<()> {
     if hw != "rr" {
         anyhow::bail!(
             "--hw {hw}: a real NIC's traffic-class scheduler is set outside PeRF-rs (mlnx_qos, dcb; docs/hardware.md)"
         );
     }
-    if alone || !swap_at.is_empty() {
+    if alone || swaps {
         anyhow::bail!("--alone and --swap-at run only on the simulator (--backend sim)");
     }
-    let policy = if direct { "passthrough" } else { policy };
-    let Some(mut report) = run_verbs(sc, policy, device, mode)? else { return Ok(()) };
-    report.scenario = path.display().to_string();
-    if !out.quiet {
-        print!("{}", report.table());
-        print!("{}", report.policy_log.table());
-    }
-    let runs = [report];
-    out.write_files(&runs, None)?;
-    if let Some(p) = &out.json {
-        std::fs::write(p, serde_json::to_string_pretty(&runs[0])?)
-            .with_context(|| format!("writing {}", p.display()))?;
+    if ctl_or_watch {
+        anyhow::bail!(
+            "--ctl and --watch drive the simulator's real-time run; with --backend verbs they are not supported yet"
+        );
     }
     Ok(())
 }
@@ -543,7 +472,8 @@ mod tests {
     #[test]
     fn a_missing_device_fails_clearly() {
         let sc = Scenario::parse(SCENARIO).expect("scenario");
-        let e = run_verbs(&sc, "perf", "perf-rs-no-such-device", &LiveMode::Loopback).expect_err("no such device");
+        let e = run_verbs(&sc, "perf", "perf-rs-no-such-device", &LiveMode::Loopback, &RunOptions::default())
+            .expect_err("no such device");
         let text = format!("{e:#}");
         assert!(
             text.contains("--device perf-rs-no-such-device") && text.contains("\"perf-rs-no-such-device\""),
@@ -558,7 +488,7 @@ mod tests {
         let sc = Scenario::parse(SCENARIO).expect("scenario");
         let f = SimFabric::new(RnicProfile::cx6_100g(), 2, 1, ClockMode::Wall);
         let nic = HostOnly::new(f.nic(0), CrossChannel::HostGated);
-        let report = run_live(&sc, "perf", nic, Peers::Local(f.nic(1))).expect("live run");
+        let report = run_live(&sc, "perf", nic, Peers::Local(f.nic(1)), &RunOptions::default()).expect("live run");
         check(&report);
         assert!(report.hw.contains("HostGated"), "{}", report.hw);
     }
@@ -577,7 +507,8 @@ mod tests {
         // Cross-channel hidden as in loopback (the simulator's in-NIC
         // zero-weight WAITs cost it many events in wall-clock mode).
         let nic = Napping(HostOnly::new(f.nic(0), CrossChannel::HostGated));
-        let report = run_live::<_, SimRnic>(&sc, "perf", nic, Peers::Remote(conn)).expect("client run");
+        let report =
+            run_live::<_, SimRnic>(&sc, "perf", nic, Peers::Remote(conn), &RunOptions::default()).expect("client run");
         server.join().expect("server thread").expect("server");
         check(&report);
     }

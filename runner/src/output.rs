@@ -67,28 +67,154 @@ impl OutputArgs {
         RunOptions { hdr_interval_ns, progress, swaps: Vec::new() }
     }
 
-    /// Writes the CSV, HdrHistogram log and plots asked for.
-    pub fn write_files(&self, runs: &[Report], scenario: Option<&str>) -> anyhow::Result<()> {
+    /// Checks the flags and every output path before a run, so that a
+    /// run is not spent on files it cannot write ([`check_writable`]).
+    pub fn check(&self) -> anyhow::Result<()> {
+        if let Some(ms) = self.hdr_interval_ms {
+            anyhow::ensure!(self.hdr_log.is_some(), "--hdr-interval-ms: only with --hdr-log");
+            anyhow::ensure!(
+                ms.is_finite() && ms >= 0.001,
+                "--hdr-interval-ms {ms}: at least 0.001 ms (one interval histogram per microsecond)"
+            );
+        }
+        for p in [&self.json, &self.hdr_log].into_iter().flatten() {
+            check_writable(p)?;
+        }
+        if let Some(p) = self.csv.as_ref().filter(|p| p.as_path() != Path::new("-")) {
+            check_writable(p)?;
+        }
+        if let Some(dir) = &self.plot {
+            check_plot_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the JSON (`json`), CSV, HdrHistogram log and plots asked
+    /// for: all of them or none ([`write_all`]).
+    pub fn write_files(
+        &self,
+        runs: &[Report],
+        scenario: Option<&str>,
+        json: &impl serde::Serialize,
+    ) -> anyhow::Result<()> {
+        let mut files = Vec::new();
+        if let Some(path) = &self.json {
+            files.push((path.clone(), serde_json::to_string_pretty(json)?.into_bytes()));
+        }
+        let mut stdout = None;
         if let Some(path) = &self.csv {
             let text = csv(runs)?;
             if path == Path::new("-") {
-                print!("{text}");
+                stdout = Some(text);
             } else {
-                std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+                files.push((path.clone(), text.into_bytes()));
             }
         }
         if let Some(path) = &self.hdr_log {
             let mut buf = Vec::new();
             hdr_log(runs, &mut buf)?;
-            std::fs::write(path, buf).with_context(|| format!("writing {}", path.display()))?;
+            files.push((path.clone(), buf));
         }
         if let Some(dir) = &self.plot {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let files = crate::plot::plot_all(runs, scenario.unwrap_or(""), dir)?;
-            tracing::info!(files = files.len(), dir = %dir.display(), "plots written");
+            let plots = crate::plot::plot_all(runs, scenario.unwrap_or(""), dir)?;
+            tracing::info!(files = plots.len(), dir = %dir.display(), "plots drawn");
+            files.extend(plots);
+        }
+        write_all(&files)?;
+        if let Some(text) = stdout {
+            print!("{text}");
         }
         Ok(())
     }
+}
+
+/// The nearest ancestor of `path` that exists (`.` for a relative path
+/// none of whose parents exist).
+fn existing_ancestor(path: &Path) -> &Path {
+    path.ancestors().skip(1).find(|p| p.as_os_str().is_empty() || p.exists()).map_or(Path::new("."), |p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    })
+}
+
+/// Checks that `path` can be written before anything is: it is not a
+/// directory, and its nearest existing ancestor is one (missing
+/// directories between are created, and said so, when the files are
+/// written: [`write_all`]).
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(!path.is_dir(), "{}: is a directory, not a file", path.display());
+    let above = existing_ancestor(path);
+    anyhow::ensure!(above.is_dir(), "{}: {} is not a directory", path.display(), above.display());
+    Ok(())
+}
+
+/// Checks a `--plot` directory: a directory if it exists, else its nearest
+/// existing ancestor is one.
+fn check_plot_dir(dir: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(!dir.exists() || dir.is_dir(), "--plot {}: exists and is not a directory", dir.display());
+    let above = existing_ancestor(dir);
+    anyhow::ensure!(above.is_dir(), "--plot {}: {} is not a directory", dir.display(), above.display());
+    Ok(())
+}
+
+/// Creates `dir` with its missing parents, saying so on stderr (a
+/// directory that appears is never a surprise).
+fn create_dirs(dir: &Path) -> anyhow::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    let first_missing = dir.ancestors().take_while(|p| !p.as_os_str().is_empty() && !p.exists()).last();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating the directory {}", dir.display()))?;
+    if let Some(p) = first_missing {
+        eprintln!("created the directory {}", p.display());
+    }
+    Ok(())
+}
+
+/// Writes every `(path, bytes)`, all or none: each regular (or new) file
+/// goes to a temporary name beside it and is renamed only when every file
+/// has been written; a device or pipe (`/dev/stdout`) is written last
+/// before the renames, in place. On a failure no target is changed (but a
+/// device already written to) and the temporary files are removed.
+pub fn write_all(files: &[(PathBuf, Vec<u8>)]) -> anyhow::Result<()> {
+    let mut staged: Vec<(PathBuf, &Path)> = Vec::new();
+    let mut in_place = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for (path, _) in files {
+            if let Some(dir) = path.parent() {
+                create_dirs(dir)?;
+            }
+        }
+        for (path, bytes) in files {
+            let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir());
+            if special {
+                in_place.push((path.as_path(), bytes));
+                continue;
+            }
+            let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+            let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+            staged.push((tmp.clone(), path.as_path()));
+            std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", path.display()))?;
+        }
+        for (path, bytes) in &in_place {
+            std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for (tmp, _) in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e);
+    }
+    for (tmp, path) in &staged {
+        std::fs::rename(tmp, path)
+            .with_context(|| format!("writing {} (renaming {})", path.display(), tmp.display()))?;
+    }
+    Ok(())
 }
 
 /// The CSV columns, in order.

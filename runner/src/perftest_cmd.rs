@@ -20,7 +20,7 @@ use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric};
 
 use crate::report::TenantReport;
 use crate::run_cmd::{parse_hw, run_scenario_with, RunOptions};
-use crate::scenario::{Kind, Scenario, TenantSpec};
+use crate::scenario::{Kind, Scenario, TenantSpec, MAX_SIZE};
 
 /// perftest's separator line.
 pub const RESULT_LINE: &str = "---------------------------------------------------------------------------------------";
@@ -91,6 +91,15 @@ pub struct Args {
     /// Random seed of the simulator (alone).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also write the results as JSON with perftest's key names
+    /// (`MsgSize`, `n_iterations`, `BW_peak`, `BW_average`, `MsgRate`;
+    /// `t_min` ... for latency) to `--out_json_file` (default
+    /// `perftest_out.json`); `results` is one object, or a list with `-a`.
+    #[arg(long = "out_json")]
+    out_json: bool,
+    /// The file of `--out_json` (implies it).
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    out_json_file: Option<PathBuf>,
 }
 
 /// One bandwidth row.
@@ -102,16 +111,23 @@ struct BwRow {
     mpps: f64,
 }
 
-/// Warm-up before measuring, ns of virtual time.
+/// Warm-up before measuring over a window (`-D`), ns of virtual time.
 const WARMUP_NS: u64 = 1_000_000;
-/// Step of the alone run (checks of `-n`, samples for the peak), ns.
+/// Step of the alone run (checks of `-n`), ns.
 const STEP_NS: u64 = 100_000;
+/// The longest virtual time a test may take (`-D`, or what `-n` needs).
+const MAX_VIRTUAL_S: f64 = 3600.0;
+/// The most wire packets one test may simulate: a few minutes of a
+/// core's time (a ping-pong of 1 GiB messages moves about 150 000
+/// packets a second through the simulator).
+const MAX_PACKETS: f64 = 3e7;
 
-/// The highest rate over any stretch of at least `span` of a cumulative
-/// series of `(t, count)` samples: perftest's BW peak, over a tenth of
-/// the measurement window here.
-fn peak(samples: &[(u64, u64)], span: u64) -> f64 {
-    let mut best = 0.0f64;
+/// The highest rate, bytes per ns, over any stretch of at least `span` of
+/// a cumulative series of `(t, bytes completed)`, less `in_flight` bytes
+/// (what may have been on the wire before the stretch began: one message
+/// per QP), and at least `avg`.
+fn peak(samples: &[(u64, u64)], span: u64, in_flight: u64, avg: f64) -> f64 {
+    let mut best = avg;
     let mut j = 0;
     for i in 0..samples.len() {
         while j < samples.len() && samples[j].0 < samples[i].0 + span.max(1) {
@@ -122,7 +138,7 @@ fn peak(samples: &[(u64, u64)], span: u64) -> f64 {
         }
         let (t0, c0) = samples[i];
         let (t1, c1) = samples[j];
-        best = best.max((c1 - c0) as f64 / (t1 - t0) as f64);
+        best = best.max((c1 - c0).saturating_sub(in_flight) as f64 / (t1 - t0) as f64);
     }
     best
 }
@@ -140,11 +156,114 @@ impl Args {
         self.iters.unwrap_or(if test == Test::Bw { 5000 } else { 1000 })
     }
 
-    /// The run's end: `-D` if given, else a bound that `-n` stops before.
+    /// The run's end: `-D` after the warm-up if given, else a bound that
+    /// `-n` stops before (checked up front, [`Args::check`]).
     fn end_ns(&self) -> u64 {
         match self.duration {
             Some(d) => WARMUP_NS + (d * 1e9) as u64,
-            None => WARMUP_NS + 60_000_000_000,
+            None => WARMUP_NS + (MAX_VIRTUAL_S * 1e9) as u64,
+        }
+    }
+
+    /// Checks the flags against each other and the NIC before anything
+    /// runs, so that a bad value is named rather than failing mid-run.
+    fn check(&self, test: Test, profile: &RnicProfile) -> anyhow::Result<()> {
+        anyhow::ensure!(self.size != Some(0), "-s: the message size must be at least 1 byte");
+        anyhow::ensure!(
+            self.size.is_none_or(|s| s <= MAX_SIZE),
+            "-s {}: at most {MAX_SIZE} bytes (1 GiB)",
+            self.size.unwrap_or(0)
+        );
+        anyhow::ensure!(self.qps >= 1 && self.qps <= 4096, "-q {}: 1 to 4096 QPs", self.qps);
+        anyhow::ensure!(
+            self.tx_depth >= 1 && self.tx_depth <= 4096.min(profile.max_qp_wr),
+            "-t {}: tx depth 1 to 4096",
+            self.tx_depth
+        );
+        anyhow::ensure!(
+            self.post_list >= 1 && self.post_list <= self.tx_depth,
+            "-l {}: post list 1 to the tx depth (-t {})",
+            self.post_list,
+            self.tx_depth
+        );
+        anyhow::ensure!(self.cq_mod >= 1, "-Q 0: signal at least every 1 WR");
+        anyhow::ensure!(
+            self.inline <= profile.max_inline_data,
+            "-I {}: the NIC ({}) inlines at most {} bytes",
+            self.inline,
+            profile.name,
+            profile.max_inline_data
+        );
+        // One CQ takes every QP's sends (perftest's layout): 2 entries per WR slot.
+        let cqes = 2 * self.qps as u64 * self.tx_depth as u64;
+        anyhow::ensure!(
+            test == Test::Lat || cqes <= profile.max_cqe as u64,
+            "-q {} -t {}: the test's CQ needs {cqes} entries, the NIC ({}) has at most {}: lower -q or -t",
+            self.qps,
+            self.tx_depth,
+            profile.name,
+            profile.max_cqe
+        );
+        if let Some(d) = self.duration {
+            anyhow::ensure!(
+                (1e-4..=MAX_VIRTUAL_S).contains(&d),
+                "-D {d}: 0.0001 to {MAX_VIRTUAL_S} seconds (a shorter window sees no completion)"
+            );
+        }
+        anyhow::ensure!(self.iters.is_none_or(|n| n >= 1), "-n 0: at least one iteration");
+        // Over a window only whole signaled batches count (perftest::bw):
+        // at least 10 of them per QP keep the figure within about 10%.
+        if let (Some(d), Test::Bw, None) = (self.duration, test, &self.with) {
+            for size in self.sizes(test) {
+                let cfg = BwConfig { size, tx_depth: self.tx_depth, cq_mod: self.cq_mod, ..BwConfig::write(size) };
+                let min_s = 10.0 * cfg.batch_ns(self.qps, profile) / 1e9;
+                anyhow::ensure!(
+                    d >= min_s,
+                    "-D {d} -s {size} -q {}: each QP signals a completion every {} messages (-Q, at most half of \
+                     -t), about every {:.3} ms, and a window counts whole signaled batches: -D {min_s:.4} or more \
+                     (10 batches), or -n",
+                    self.qps,
+                    self.cq_mod.clamp(1, (self.tx_depth / 2).max(1)),
+                    min_s / 10.0 * 1e3
+                );
+            }
+        }
+        anyhow::ensure!(
+            !(self.with.is_some() && self.iters.is_some()),
+            "-n: beside a scenario (--with) the test runs for the scenario's window or -D seconds"
+        );
+        // What the run asks of the simulator, up front: wire packets and virtual time.
+        for size in self.sizes(test) {
+            let pkts = size.div_ceil(profile.mtu).max(1) as f64;
+            let wire_s = |messages: f64| messages * size as f64 * 8.0 / (profile.goodput_gbps(size) * 1e9);
+            let (packets, virtual_s, what) = match (self.duration, test) {
+                (Some(d), _) => (d * profile.goodput_gbps(size) * 1e9 / 8.0 / size as f64 * pkts, d, format!("-D {d}")),
+                (None, Test::Bw) => {
+                    let msgs = self.iters(test) as f64 * self.qps as f64;
+                    (msgs * pkts, wire_s(msgs), format!("-n {} -q {}", self.iters(test), self.qps))
+                }
+                // A ping-pong moves the message both ways, one at a time.
+                (None, Test::Lat) => {
+                    let msgs = 2.0 * self.iters(test) as f64;
+                    (msgs * pkts, wire_s(msgs), format!("-n {}", self.iters(test)))
+                }
+            };
+            anyhow::ensure!(
+                packets <= MAX_PACKETS && virtual_s <= MAX_VIRTUAL_S,
+                "{what} -s {size}: {packets:.3e} packets over {virtual_s:.0} s of virtual time to simulate; \
+                 the limit is {MAX_PACKETS:.0e} packets and {MAX_VIRTUAL_S} s (beyond, a run takes many \
+                 minutes to hours of this machine's time): lower -n, -D or -s"
+            );
+        }
+        Ok(())
+    }
+
+    /// The `--out_json` file, if asked for.
+    fn json_path(&self) -> Option<PathBuf> {
+        match (&self.out_json_file, self.out_json) {
+            (Some(p), _) => Some(p.clone()),
+            (None, true) => Some(PathBuf::from("perftest_out.json")),
+            (None, false) => None,
         }
     }
 
@@ -159,6 +278,9 @@ impl Args {
         let mut b = Side::new(f.nic(1), qps, buf, self.tc, self.tx_depth)?;
         a.connect(&mut b)?;
         let remote = b.mr.remote(0);
+        // -n: each QP sends exactly N from time 0 (perftest has no warm-up
+        // there); -D: a warm-up, then the window.
+        let iters = self.duration.is_none().then(|| self.iters(Test::Bw));
         let cfg = BwConfig {
             op,
             size,
@@ -166,32 +288,34 @@ impl Args {
             post_list: self.post_list,
             cq_mod: self.cq_mod,
             inline_max: self.inline,
+            iters,
         };
-        let end = self.end_ns();
-        let mut client = BwClient::new(a, remote, cfg, WARMUP_NS, end);
+        let (start, end) = (if iters.is_some() { 0 } else { WARMUP_NS }, self.end_ns());
+        let mut client = BwClient::new(a, remote, cfg, start, end);
         let mut server = (op == TestOp::Send).then(|| BwServer::new(b, size, self.tx_depth));
-        let want = self.duration.is_none().then(|| self.iters(Test::Bw));
-        let mut samples = Vec::new();
         let mut t = 0;
-        while t < end {
+        while t < end && !client.done() {
             t = (t + STEP_NS).min(end);
             let mut apps: Vec<&mut dyn App> = vec![&mut client];
             if let Some(s) = server.as_mut() {
                 apps.push(s);
             }
-            run_virtual(&f, &mut apps, t).context("simulation failed")?;
-            let r = client.result();
-            samples.push((r.window_ns, r.messages));
-            if want.is_some_and(|n| r.messages >= n) {
-                break;
-            }
+            run_virtual(&f, &mut apps, t).with_context(|| format!("simulating -s {size}"))?;
         }
         let r = client.result();
-        let msg_rate = peak(&samples, r.window_ns / 10);
+        if let Some(n) = iters {
+            anyhow::ensure!(client.done(), "-n {n} -s {size}: not done after {MAX_VIRTUAL_S} s of virtual time");
+        } else {
+            anyhow::ensure!(
+                r.messages > 0,
+                "-D {} -s {size}: no message completed inside the window; lengthen -D",
+                self.duration.unwrap_or(0.0)
+            );
+        }
         Ok(BwRow {
             bytes: size,
-            iterations: r.messages,
-            peak_bps: msg_rate * size as f64 * 8e9,
+            iterations: iters.unwrap_or(r.messages),
+            peak_bps: client.peak().gbps() * 1e9,
             avg_bps: r.gbps() * 1e9,
             mpps: r.mpps(),
         })
@@ -210,16 +334,20 @@ impl Args {
         let (ra, rb) = (a.mr.remote(size as usize), b.mr.remote(size as usize));
         let end = self.end_ns();
         let mut client = LatClient::new(a, rb, cfg, WARMUP_NS, end);
-        let mut server = LatServer::new(b, ra, cfg);
-        let want = self.duration.is_none().then(|| self.iters(Test::Lat));
-        let mut t = 0;
-        while t < end {
-            t = (t + STEP_NS).min(end);
-            run_virtual(&f, &mut [&mut client, &mut server], t).context("simulation failed")?;
-            if want.is_some_and(|n| client.histogram().len() >= n) {
-                break;
-            }
+        if self.duration.is_none() {
+            client = client.stop_after(self.iters(Test::Lat));
         }
+        let mut server = LatServer::new(b, ra, cfg);
+        let mut t = 0;
+        while t < end && !client.done() {
+            t = (t + STEP_NS).min(end);
+            run_virtual(&f, &mut [&mut client, &mut server], t).with_context(|| format!("simulating -s {size}"))?;
+        }
+        anyhow::ensure!(
+            !client.histogram().is_empty(),
+            "-D {} -s {size}: no ping-pong completed inside the window; lengthen -D",
+            self.duration.unwrap_or(0.0)
+        );
         Ok(LatStats::from_histogram(client.histogram()))
     }
 
@@ -256,19 +384,15 @@ fn op_name(op: TestOp) -> &'static str {
 
 /// Runs one microbenchmark.
 pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
-    anyhow::ensure!(a.size != Some(0), "-s: the message size must be at least 1 byte");
-    anyhow::ensure!(a.qps >= 1 && a.qps <= 4096, "-q: 1 to 4096 QPs");
-    anyhow::ensure!(a.tx_depth >= 1 && a.tx_depth <= 4096, "-t: tx depth 1 to 4096");
-    anyhow::ensure!(a.post_list >= 1 && a.post_list <= a.tx_depth, "-l: post list 1 to the tx depth (-t)");
-    anyhow::ensure!(a.duration.is_none_or(|d| d > 0.0 && d <= 3600.0), "-D: 0 to 3600 seconds");
-    anyhow::ensure!(a.iters.is_none_or(|n| n >= 1), "-n: at least one iteration");
-    anyhow::ensure!(
-        !(a.with.is_some() && a.iters.is_some()),
-        "-n: beside a scenario (--with) the test runs for the scenario's window or -D seconds"
-    );
+    let profile = RnicProfile::cx6_100g();
+    a.check(test, &profile)?;
+    let json_path = a.json_path();
+    if let Some(p) = &json_path {
+        crate::output::check_writable(p)?;
+    }
     let kind = if test == Test::Bw { "BW" } else { "Latency" };
     println!("{RESULT_LINE}");
-    println!("                    {} {kind} Test (simulated cx6-100g, virtual time)", op_name(op));
+    println!("                    {} {kind} Test (simulated {}, virtual time)", op_name(op), profile.name);
     println!(" Number of qps   : {}\t\tTransport type : IB", if test == Test::Bw { a.qps } else { 1 });
     if test == Test::Bw {
         println!(" TX depth        : {}\t\tPost List      : {}", a.tx_depth, a.post_list);
@@ -283,6 +407,7 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
         Test::Lat => println!("{LAT_HEADER}"),
     }
     let mut beside = Vec::new();
+    let mut json = Vec::new();
     for size in a.sizes(test) {
         match test {
             Test::Bw => {
@@ -297,10 +422,11 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
                         cum.push(((i as u64 + 1) * tl.bucket_ns, acc));
                     }
                     let span = cum.last().map_or(0, |c| c.0) / 10;
+                    let in_flight = a.qps as u64 * size as u64;
                     BwRow {
                         bytes: size,
                         iterations: v.completed,
-                        peak_bps: peak(&cum, span) * 8e9,
+                        peak_bps: peak(&cum, span, in_flight, v.gbps / 8.0) * 8e9,
                         avg_bps: v.gbps * 1e9,
                         mpps: v.mpps,
                     }
@@ -316,6 +442,14 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
                     unit(row.avg_bps),
                     row.mpps
                 );
+                json.push(serde_json::json!({
+                    "MsgSize": row.bytes,
+                    "n_iterations": row.iterations,
+                    "BW_peak": unit(row.peak_bps),
+                    "BW_average": unit(row.avg_bps),
+                    "MsgRate": row.mpps,
+                    "BW_unit": if a.report_gbits { "Gb/sec" } else { "MB/sec" },
+                }));
             }
             Test::Lat => {
                 let s = if a.with.is_some() {
@@ -329,6 +463,18 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
                     " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
                     size, s.count, s.min_us, s.max_us, s.p50_us, s.mean_us, s.stdev_us, s.p99_us, s.p999_us
                 );
+                json.push(serde_json::json!({
+                    "MsgSize": size,
+                    "n_iterations": s.count,
+                    "t_min": s.min_us,
+                    "t_max": s.max_us,
+                    "t_typical": s.p50_us,
+                    "t_avg": s.mean_us,
+                    "t_stdev": s.stdev_us,
+                    "percentile_99": s.p99_us,
+                    "percentile_99.9": s.p999_us,
+                    "lat_unit": "usec",
+                }));
             }
         }
     }
@@ -340,6 +486,11 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
                 t.name, t.gbps, t.mpps, t.latency_us.mean, t.latency_us.p99
             );
         }
+    }
+    if let Some(path) = json_path {
+        let results = if a.all { serde_json::Value::Array(json) } else { json.into_iter().next().unwrap_or_default() };
+        let doc = serde_json::json!({ "test": format!("{} {kind}", op_name(op)), "results": results });
+        crate::output::write_all(&[(path, serde_json::to_string_pretty(&doc)?.into_bytes())])?;
     }
     Ok(())
 }

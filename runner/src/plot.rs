@@ -21,12 +21,26 @@ const SIZE: (u32, u32) = (960, 560);
 type Series = (String, Vec<(f64, f64)>);
 
 /// A file-name-safe form of `s`.
-fn slug(s: &str) -> String {
+pub fn slug(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-/// Draws all plots of `runs` into `dir`; returns the files written.
-pub fn plot_all(runs: &[Report], scenario: &str, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+/// `dir/STEM.svg`, or `dir/STEM-2.svg` ... when an earlier plot of this
+/// set has that name (two names that differ only where [`slug`] replaces).
+fn unique(dir: &Path, stem: &str, files: &[(PathBuf, Vec<u8>)]) -> PathBuf {
+    let taken = |p: &Path| files.iter().any(|(f, _)| f == p);
+    let mut path = dir.join(format!("{stem}.svg"));
+    let mut k = 2;
+    while taken(&path) {
+        path = dir.join(format!("{stem}-{k}.svg"));
+        k += 1;
+    }
+    path
+}
+
+/// Draws all plots of `runs`; returns each file's path in `dir` and its
+/// SVG text (written by the caller, with the run's other outputs).
+pub fn plot_all(runs: &[Report], scenario: &str, dir: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
     let mut files = Vec::new();
     let label = Path::new(scenario).file_name().map_or(String::new(), |f| format!(" ({})", f.to_string_lossy()));
     // Latency CDF per group: one series per configuration (and per alone run).
@@ -48,14 +62,14 @@ pub fn plot_all(runs: &[Report], scenario: &str, dir: &Path) -> anyhow::Result<V
                 }
             }
         }
-        let path = dir.join(format!("latency-cdf-{}.svg", slug(group)));
-        latency_cdf(&path, &format!("Latency CDF of {group}{label}"), &series)?;
-        files.push(path);
+        let path = unique(dir, &format!("latency-cdf-{}", slug(group)), &files);
+        let svg = latency_cdf(&format!("Latency CDF of {group}{label}"), &series)?;
+        files.push((path, svg.into_bytes()));
     }
     for r in runs {
-        let path = dir.join(format!("throughput-{}.svg", slug(&r.config)));
-        throughput(&path, r, &format!("Throughput per tenant, {}{label}", r.config))?;
-        files.push(path);
+        let path = unique(dir, &format!("throughput-{}", slug(&r.config)), &files);
+        let svg = throughput(r, &format!("Throughput per tenant, {}{label}", r.config))?;
+        files.push((path, svg.into_bytes()));
     }
     let path = dir.join("nic-utilization.svg");
     let series: Vec<Series> = runs
@@ -68,15 +82,14 @@ pub fn plot_all(runs: &[Report], scenario: &str, dir: &Path) -> anyhow::Result<V
         .collect();
     // Swap markers only when one run is drawn: runs' swaps would mix.
     let swaps = if runs.len() == 1 { swap_markers(&runs[0]) } else { Vec::new() };
-    lines(
-        &path,
+    let svg = lines(
         &format!("NIC utilization over time{label}"),
         ("time [ms]", "wire utilization [fraction of time transmitting]"),
         &series,
         Some(1.05),
         &swaps,
     )?;
-    files.push(path);
+    files.push((path, svg.into_bytes()));
     Ok(files)
 }
 
@@ -123,17 +136,17 @@ fn cdf(t: &TenantReport) -> Vec<(f64, f64)> {
     out
 }
 
-fn latency_cdf(path: &Path, title: &str, series: &[Series]) -> anyhow::Result<()> {
+fn latency_cdf(title: &str, series: &[Series]) -> anyhow::Result<String> {
     let xs = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
     let lo = xs.clone().fold(f64::INFINITY, f64::min);
     let hi = xs.fold(0.0f64, f64::max);
     let (lo, hi) = if lo.is_finite() && hi > 0.0 { (lo * 0.8, hi * 1.25) } else { (0.1, 10.0) };
     let axes = ("latency [us] (log scale)", "fraction of messages at or below");
     let ranges = ((lo.max(1e-3)..hi).log_scale(), 0f64..1.0);
-    chart(path, title, axes, ranges, series, SeriesLabelPosition::LowerRight, &[])
+    chart(title, axes, ranges, series, SeriesLabelPosition::LowerRight, &[])
 }
 
-fn throughput(path: &Path, r: &Report, title: &str) -> anyhow::Result<()> {
+fn throughput(r: &Report, title: &str) -> anyhow::Result<String> {
     let mut groups = r.groups();
     groups.sort_by(|a, b| b.gbps.total_cmp(&a.gbps));
     let mut series: Vec<Series> = Vec::new();
@@ -166,68 +179,74 @@ fn throughput(path: &Path, r: &Report, title: &str) -> anyhow::Result<()> {
         }
     }
     markers.extend(swap_markers(r));
-    lines(path, title, ("time [ms]", "goodput [Gb/s]"), &series, None, &markers)
+    lines(title, ("time [ms]", "goodput [Gb/s]"), &series, None, &markers)
 }
 
 fn lines(
-    path: &Path,
     title: &str,
     axes: (&str, &str),
     series: &[Series],
     y_max: Option<f64>,
     markers: &[Marker],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let x_hi = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)).fold(1e-3, f64::max);
     let y_hi =
         y_max.unwrap_or_else(|| series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)).fold(1e-3, f64::max) * 1.1);
-    chart(path, title, axes, (0f64..x_hi * 1.02, 0f64..y_hi), series, SeriesLabelPosition::UpperRight, markers)
+    chart(title, axes, (0f64..x_hi * 1.02, 0f64..y_hi), series, SeriesLabelPosition::UpperRight, markers)
 }
 
 /// One SVG chart: title, named axes, one line per series, a legend, and
 /// dashed vertical markers with their labels (for linear axes).
 fn chart<X, Y>(
-    path: &Path,
     title: &str,
     (x_desc, y_desc): (&str, &str),
     (x, y): (X, Y),
     series: &[Series],
     legend: SeriesLabelPosition,
     markers: &[Marker],
-) -> anyhow::Result<()>
+) -> anyhow::Result<String>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
     X::CoordDescType: ValueFormatter<f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x, y)?;
-    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
-    let y_top = chart.y_range().end;
-    for (k, (at, label, swap)) in markers.iter().enumerate() {
-        let color = if *swap { RED.mix(0.7) } else { BLACK.mix(0.45) };
-        let dashes = (0..40).map(|i| {
-            let (a, b) = (y_top * i as f64 / 40.0, y_top * (i as f64 + 0.5) / 40.0);
-            PathElement::new(vec![(*at, a), (*at, b)], color)
-        });
-        chart.draw_series(dashes)?;
-        let y_text = y_top * (0.96 - 0.05 * (k % 4) as f64);
-        chart.draw_series(std::iter::once(Text::new(label.clone(), (*at, y_text), ("sans-serif", 13))))?;
-    }
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x, y)?;
+        chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
+        let y_top = chart.y_range().end;
+        for (k, (at, label, swap)) in markers.iter().enumerate() {
+            let color = if *swap { RED.mix(0.7) } else { BLACK.mix(0.45) };
+            let dashes = (0..40).map(|i| {
+                let (a, b) = (y_top * i as f64 / 40.0, y_top * (i as f64 + 0.5) / 40.0);
+                PathElement::new(vec![(*at, a), (*at, b)], color)
+            });
+            chart.draw_series(dashes)?;
+            let y_text = y_top * (0.96 - 0.05 * (k % 4) as f64);
+            chart.draw_series(std::iter::once(Text::new(label.clone(), (*at, y_text), ("sans-serif", 13))))?;
+        }
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+        }
         chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(legend)
+            .draw()?;
+        root.present()?;
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).position(legend).draw()?;
-    root.present()?;
-    Ok(())
+    Ok(svg)
 }

@@ -7,19 +7,19 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
-use perf_dataplane::engine::{Dataplane, DataplaneConfig};
+use perf_dataplane::engine::{Dataplane, DataplaneConfig, TenantHandle};
 use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::WasmLimits;
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
-use perf_dataplane::rnic::{connect, AccessFlags};
+use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
 
 use crate::driver::{drive, Actor, NicTimeline};
 use crate::output::OutputArgs;
 use crate::realtime::{run_realtime, Realtime};
-use crate::report::{CostReport, PolicyLog, Report, TenantReport};
-use crate::scenario::{Kind, Scenario};
+use crate::report::{CostReport, PolicyLog, Report, RnicReport, TenantReport};
+use crate::scenario::{Kind, Scenario, TenantSpec};
 use crate::workload::{PeerApp, TenantApp, TenantSetup};
 
 /// Flags of `run`.
@@ -37,9 +37,10 @@ pub struct Args {
     /// (default), `sp` (strict priority), or `ets:W0,W1,...`.
     #[arg(long, default_value = "rr")]
     hw: String,
-    /// Bypass the dataplane: tenants' requests go to the NIC unchanged
-    /// (the "no isolation" baseline; same as `--policy passthrough`).
-    #[arg(long)]
+    /// Shorthand for `--policy passthrough`, the "no isolation" baseline:
+    /// requests still go through the dataplane, which posts each as one WR
+    /// unchanged (no splitting, no zero-weight WRs, no QP rotation).
+    #[arg(long, conflicts_with = "policy")]
     direct: bool,
     /// Also run each tenant alone (same seed) and report the ratios.
     #[arg(long)]
@@ -108,11 +109,21 @@ pub fn parse_hw(s: &str) -> anyhow::Result<TcScheduler> {
         "rr" => TcScheduler::RoundRobin,
         "sp" => TcScheduler::StrictPriority,
         _ => match s.strip_prefix("ets:") {
-            Some(w) => TcScheduler::Ets(
-                w.split(',')
+            Some(w) => {
+                let weights: Vec<u32> = w
+                    .split(',')
                     .map(|x| x.trim().parse::<u32>().with_context(|| format!("--hw {s}: weight {x:?} is not a number")))
-                    .collect::<anyhow::Result<_>>()?,
-            ),
+                    .collect::<anyhow::Result<_>>()?;
+                anyhow::ensure!(
+                    weights.len() <= 8,
+                    "--hw {s}: {} weights, the NIC has 8 traffic classes",
+                    weights.len()
+                );
+                if let Some(c) = weights.iter().position(|&w| w == 0) {
+                    anyhow::bail!("--hw {s}: class {c} has weight 0 and would never be served (weights are 1 or more)");
+                }
+                TcScheduler::Ets(weights)
+            }
             None => anyhow::bail!("--hw {s:?}: expected rr, sp or ets:W0,W1,..."),
         },
     })
@@ -159,6 +170,100 @@ pub struct Wired {
     pub nic_timeline: NicTimeline,
 }
 
+/// Loads the run's policy (every backend says the same when it cannot).
+pub fn load_policy(policy: &str) -> anyhow::Result<PolicyHost> {
+    // The reason on the first line: `LoadError` says what was refused and why.
+    PolicyHost::load(policy).map_err(|e| anyhow::anyhow!("--policy {policy:?}: {e}"))
+}
+
+/// The dataplane of a run of `sc` over `nic`: its queues sized for the
+/// scenario's QP count (thousands of QPs, exp6, get shallower queues than
+/// the default, not a refusal).
+pub fn dataplane<R: Rnic>(sc: &Scenario, policy: &str, nic: R) -> anyhow::Result<Dataplane<R>> {
+    let host = load_policy(policy)?;
+    let qps: usize = sc.tenants.iter().map(|t| t.qps as usize).sum();
+    Ok(Dataplane::new(nic, host, DataplaneConfig::for_qps(qps))?)
+}
+
+/// What tenant `spec`'s app needs beyond its spec, in a run of `sc`.
+pub fn tenant_setup(sc: &Scenario, spec: &TenantSpec, opts: &RunOptions) -> TenantSetup {
+    let end = (sc.duration_ms * 1e6) as u64;
+    TenantSetup {
+        window: ((sc.warmup_ms * 1e6) as u64, end),
+        duration_ns: end,
+        // From the name, so a tenant alone draws what it draws beside others.
+        seed: spec
+            .name
+            .bytes()
+            .fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)),
+        bucket_ns: bucket_ns(sc),
+        interval_ns: opts.hdr_interval_ns,
+    }
+}
+
+/// A tenant added to the dataplane: its handle, its buffer (twice the
+/// size for a ping-pong, which sends from the first half and receives into
+/// the second) and its QPs (index, endpoint), not yet connected.
+pub struct Added {
+    /// The tenant.
+    pub handle: TenantHandle,
+    /// Its buffer.
+    pub mr: Mr,
+    /// Its QPs.
+    pub qps: Vec<(u32, QpEndpoint)>,
+}
+
+/// Adds `spec` to `dp` (see [`Added`]).
+pub fn add_tenant<R: Rnic>(dp: &mut Dataplane<R>, spec: &TenantSpec) -> anyhow::Result<Added> {
+    let handle = dp.add_tenant(&spec.name, spec.weight)?;
+    let mr = dp.reg_mr(handle.id, peer_buf(spec))?;
+    let qps = (0..spec.qps).map(|_| dp.create_qp(handle.id, spec.tc)).collect::<Result<_, _>>()?;
+    Ok(Added { handle, mr, qps })
+}
+
+/// A tenant's buffer size, at either end: `size`, twice for a ping-pong.
+pub fn peer_buf(spec: &TenantSpec) -> usize {
+    if spec.kind == Kind::Lat {
+        2 * spec.size as usize
+    } else {
+        spec.size as usize
+    }
+}
+
+/// Where a tenant's requests land in its peer's buffer (a ping-pong
+/// writes into the second half) and where replies land in its own.
+pub fn target_offset(spec: &TenantSpec) -> usize {
+    if spec.kind == Kind::Lat {
+        spec.size as usize
+    } else {
+        0
+    }
+}
+
+/// A tenant's peer side on `nic`: a PD, CQ, buffer and its QPs.
+pub fn peer_side<P: Rnic>(nic: P, spec: &TenantSpec) -> Result<Side<P>, RnicError> {
+    Side::new(nic, spec.qps as usize, peer_buf(spec), spec.tc, spec.depth.clamp(16, 4096))
+}
+
+/// Connects an added tenant's QPs to a peer on `peer_nic` (both ways, to
+/// RTS); returns the peer's app and the tenant's targets, one per QP.
+pub fn connect_local<R: Rnic, P: Rnic>(
+    dp: &mut Dataplane<R>,
+    spec: &TenantSpec,
+    t: &Added,
+    peer_nic: P,
+) -> anyhow::Result<(PeerApp<P>, Vec<RemoteAddr>)> {
+    let mut side = peer_side(peer_nic, spec)?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    for ((index, ep), peer_qp) in t.qps.iter().zip(side.qps.clone()) {
+        dp.connect_qp(t.handle.id, *index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
+        connect::bring_up(&mut side.nic, peer_qp.handle, *ep, access)?;
+    }
+    let target = side.mr.remote(target_offset(spec));
+    let peer = PeerApp::new(spec, side, t.mr.remote(spec.size as usize));
+    Ok((peer, vec![target; spec.qps as usize]))
+}
+
 /// Builds the run of `sc` under `policy` and `hw` on a fabric whose clock
 /// is `clock` (virtual for `run`, wall for `run --realtime`).
 pub fn wire(
@@ -171,62 +276,70 @@ pub fn wire(
     let profile = RnicProfile::by_name(&sc.profile).with_context(|| {
         format!("key `profile`: unknown RNIC profile {:?} (known: {})", sc.profile, RnicProfile::NAMES.join(", "))
     })?;
-    // A built-in name, `wasm:NAME` (an embedded module), or a .wasm file.
-    let host = PolicyHost::load(policy).with_context(|| {
-        format!("policy {policy:?}: not loadable (a built-in name, wasm:NAME or a .wasm file; see `perf-runner policy list`)")
-    })?;
     tracing::info!(policy, hw = ?hw, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, ?clock, "run starts");
     let fabric = SimFabric::new(profile.clone(), 2, sc.seed, clock);
     fabric.set_tc_scheduler(0, hw.clone());
     fabric.set_tc_scheduler(1, hw.clone());
-    // Thousands of QPs (exp6) get shallower queues than the default, not a refusal.
-    let qps: usize = sc.tenants.iter().map(|t| t.qps as usize).sum();
-    let mut dp = Dataplane::new(fabric.nic(0), host, DataplaneConfig::for_qps(qps))?;
-    let warm = (sc.warmup_ms * 1e6) as u64;
-    let end = (sc.duration_ms * 1e6) as u64;
-    let bucket = bucket_ns(sc);
+    let mut dp = dataplane(sc, policy, fabric.nic(0))?;
     let mut tenants = Vec::new();
     let mut peers = Vec::new();
+    // Thousands of tenants take a while to connect: say so on the bar.
+    let message = opts.progress.as_ref().map(|p| p.message());
+    if let Some(p) = &opts.progress {
+        p.set_message(format!("connecting {} tenants' QPs", sc.tenants.len()));
+    }
     for spec in &sc.tenants {
-        let handle = dp.add_tenant(&spec.name, spec.weight)?;
-        let t = handle.id;
-        // A ping-pong sends from the first half and receives into the second.
-        let lat = spec.kind == Kind::Lat;
-        let buf = if lat { 2 * spec.size as usize } else { spec.size as usize };
-        let mr = dp.reg_mr(t, buf)?;
-        let mut side = Side::new(fabric.nic(1), spec.qps as usize, buf, spec.tc, spec.depth.clamp(16, 4096))?;
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        for i in 0..spec.qps {
-            let (index, ep) = dp.create_qp(t, spec.tc)?;
-            let peer_qp = side.qps[i as usize];
-            dp.connect_qp(t, index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
-            connect::bring_up(&mut side.nic, peer_qp.handle, ep, access)?;
-        }
-        let target = side.mr.remote(if lat { spec.size as usize } else { 0 });
-        let remotes = vec![target; spec.qps as usize];
-        let client_recv = mr.remote(spec.size as usize);
-        peers.push(PeerApp::new(spec, side, client_recv));
-        let setup = TenantSetup {
-            window: (warm, end),
-            duration_ns: end,
-            // From the name, so a tenant alone draws what it draws beside others.
-            seed: spec
-                .name
-                .bytes()
-                .fold(sc.seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)),
-            bucket_ns: bucket,
-            interval_ns: opts.hdr_interval_ns,
-        };
-        tenants.push(TenantApp::new(spec.clone(), handle, mr, remotes, fabric.nic(0), &setup));
+        let added = add_tenant(&mut dp, spec)?;
+        let (peer, remotes) = connect_local(&mut dp, spec, &added, fabric.nic(1))?;
+        peers.push(peer);
+        let setup = tenant_setup(sc, spec, opts);
+        tenants.push(TenantApp::new(spec.clone(), added.handle, added.mr, remotes, fabric.nic(0), &setup));
     }
     for s in &opts.swaps {
         let at_ns = (s.ms * 1e6) as u64;
         dp.schedule_swap(at_ns, PolicySpec::Named(s.policy.clone()), WasmLimits::default())?;
     }
-    Ok(Wired { fabric, dp, tenants, peers, end_ns: end, nic_timeline: NicTimeline::new(bucket) })
+    if let (Some(p), Some(m)) = (&opts.progress, message) {
+        p.set_message(m);
+    }
+    let end_ns = (sc.duration_ms * 1e6) as u64;
+    Ok(Wired { fabric, dp, tenants, peers, end_ns, nic_timeline: NicTimeline::new(bucket_ns(sc)) })
 }
 
-/// The report of a finished run that lasted `total_ns` of the NIC's clock.
+/// The report of a finished run on any backend: `hw` names the NIC's
+/// scheduling, `rnic` its wire figures (zero where they are not read).
+pub fn report_of<R: Rnic, N: Rnic>(
+    policy: &str,
+    hw: String,
+    dp: &Dataplane<R>,
+    tenants: Vec<TenantApp<N>>,
+    rnic: RnicReport,
+    nic_timeline: NicTimeline,
+    total_ns: u64,
+) -> Report {
+    let reports: Vec<TenantReport> = tenants.into_iter().map(TenantApp::into_report).collect();
+    let dataplane = dp.counters();
+    let policy_counters = dp.policy().counters;
+    let policy_log = PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() };
+    Report {
+        config: policy.to_string(),
+        scenario: String::new(),
+        policy: policy.to_string(),
+        hw,
+        tenants: reports,
+        rnic,
+        cost: CostReport::new(&dataplane, &policy_counters),
+        dataplane,
+        policy_counters,
+        policy_log,
+        nic_timeline,
+        duration_ns: total_ns.max(1),
+        realtime: None,
+    }
+}
+
+/// The report of a finished simulated run that lasted `total_ns` of the
+/// NIC's clock.
 pub fn report(
     policy: &str,
     hw: &TcScheduler,
@@ -237,32 +350,15 @@ pub fn report(
     total_ns: u64,
 ) -> Report {
     let nic = fabric.counters(0);
-    let reports: Vec<TenantReport> = tenants.into_iter().map(TenantApp::into_report).collect();
     let total = total_ns.max(1);
-    let dataplane = dp.counters();
-    let policy_counters = dp.policy().counters;
-    let policy_log = PolicyLog { swaps: dp.swaps().to_vec(), exits: dp.policy().exits().to_vec() };
     tracing::info!(policy, events = fabric.events_run(), "run done");
-    Report {
-        config: policy.to_string(),
-        scenario: String::new(),
-        policy: policy.to_string(),
-        hw: format!("{hw:?}"),
-        tenants: reports,
-        rnic: crate::report::RnicReport {
-            utilization: nic.port.busy_ps as f64 / (total as f64 * 1000.0),
-            wire_payload_gbps: nic.port.payload_bytes as f64 * 8.0 / total as f64,
-            sched_turns: nic.sched.turns,
-            ctrl_wqes: nic.sched.ctrl_wqes,
-        },
-        cost: CostReport::new(&dataplane, &policy_counters),
-        dataplane,
-        policy_counters,
-        policy_log,
-        nic_timeline,
-        duration_ns: total,
-        realtime: None,
-    }
+    let rnic = RnicReport {
+        utilization: nic.port.busy_ps as f64 / (total as f64 * 1000.0),
+        wire_payload_gbps: nic.port.payload_bytes as f64 * 8.0 / total as f64,
+        sched_turns: nic.sched.turns,
+        ctrl_wqes: nic.sched.ctrl_wqes,
+    };
+    report_of(policy, format!("{hw:?}"), dp, tenants, rnic, nic_timeline, total)
 }
 
 /// Runs one scenario under one configuration, with options, in virtual time.
@@ -287,31 +383,32 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
 
 /// Runs the command.
 pub fn run(a: Args) -> anyhow::Result<()> {
+    a.out.check()?;
     let sc = Scenario::load(&a.scenario)?;
-    if let Some((device, mode)) = a.backend.live()? {
-        if a.ctl.is_some() || a.watch.is_some() {
-            anyhow::bail!("--ctl and --watch drive the simulator's real-time run; with --backend verbs they are not supported yet");
-        }
-        return crate::live::run_cmd(
-            &a.scenario,
-            &sc,
-            &a.policy,
-            a.direct,
-            &a.hw,
-            a.alone,
-            &a.swap_at,
-            &a.out,
-            &device,
-            &mode,
-        );
-    }
-    let hw = parse_hw(&a.hw)?;
+    let live = a.backend.live()?;
     let policy = if a.direct { "passthrough" } else { a.policy.as_str() };
-    let swaps = a.swap_at.iter().map(|s| parse_swap_at(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    let swaps = check_swaps(&a.swap_at, &sc)?;
+    let hw = match &live {
+        Some(_) => {
+            crate::live::check_flags(&a.hw, a.alone, !swaps.is_empty(), a.ctl.is_some() || a.watch.is_some())?;
+            TcScheduler::RoundRobin
+        }
+        None => {
+            let hw = parse_hw(&a.hw)?;
+            check_hw(&a.hw, &hw, &sc);
+            hw
+        }
+    };
     let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
     // The same swaps in the alone runs, so that the ratios compare like with like.
     let opts = RunOptions { swaps, ..a.out.run_options(&sc, runs) };
-    let mut report = if a.realtime {
+    let mut report = if let Some((device, mode)) = &live {
+        match crate::live::run_verbs(&sc, policy, device, mode, &opts)? {
+            Some(r) => r,
+            // The serving side of a two-host run: the client reports.
+            None => return Ok(()),
+        }
+    } else if a.realtime {
         let rt = Realtime {
             core: a.core,
             ctl: a.ctl.clone().map(|p| p.unwrap_or_else(crate::ctl::default_socket)),
@@ -319,6 +416,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             live: !a.out.quiet,
         };
         if let Some(p) = &rt.ctl {
+            crate::ctl::check_socket_path(p)?;
             if !a.out.quiet {
                 eprintln!("control socket: {} (perf-runner ctl --socket {} stats)", p.display(), p.display());
             }
@@ -350,13 +448,46 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         print!("{}", report.table());
         print!("{}", report.policy_log.table());
     }
-    let runs = [report];
-    a.out.write_files(&runs, None)?;
-    if let Some(path) = &a.out.json {
-        std::fs::write(path, serde_json::to_string_pretty(&runs[0])?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    a.out.write_files(std::slice::from_ref(&report), None, &report)?;
     Ok(())
+}
+
+/// Parses the `--swap-at`s and checks them against the run: in time
+/// order, and each before the scenario's end.
+pub fn check_swaps(swap_at: &[String], sc: &Scenario) -> anyhow::Result<Vec<SwapAt>> {
+    let swaps = swap_at.iter().map(|s| parse_swap_at(s)).collect::<anyhow::Result<Vec<_>>>()?;
+    for (i, s) in swaps.iter().enumerate() {
+        anyhow::ensure!(
+            s.ms < sc.duration_ms,
+            "--swap-at {}={}: at or after the run's end (duration_ms = {}), so it would never happen",
+            s.ms,
+            s.policy,
+            sc.duration_ms
+        );
+        if let Some(prev) = i.checked_sub(1).map(|j| &swaps[j]) {
+            anyhow::ensure!(
+                s.ms >= prev.ms,
+                "--swap-at {}={} comes after --swap-at {}={}: give the swaps in time order",
+                s.ms,
+                s.policy,
+                prev.ms,
+                prev.policy
+            );
+        }
+    }
+    Ok(swaps)
+}
+
+/// Says (on stderr) when a class scheduler cannot change anything: every
+/// tenant in one traffic class.
+pub fn check_hw(flag: &str, hw: &TcScheduler, sc: &Scenario) {
+    let first = sc.tenants.first().map_or(0, |t| t.tc);
+    if !matches!(hw, TcScheduler::RoundRobin) && sc.tenants.iter().all(|t| t.tc == first) {
+        eprintln!(
+            "warning: --hw {flag}: every tenant is in traffic class {first} (the scenario's `tc`), so the class \
+             scheduler has nothing to order and changes nothing"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -50,22 +50,30 @@ fn write_bw_prints_perftest_columns_with_line_rate() {
     let r = &rows[0];
     assert_eq!(r.len(), 5, "{out}");
     assert_eq!(r[0], 65536.0);
-    assert!(r[1] >= 2000.0, "iterations {}", r[1]);
+    assert_eq!(r[1], 2000.0, "iterations: -n 2000 prints 2000");
     assert!((90.0..=100.0).contains(&r[3]), "average {} Gb/s", r[3]);
     assert!(r[2] >= r[3] * 0.999, "peak {} under average {}", r[2], r[3]);
     let mpps = r[3] * 1e3 / (65536.0 * 8.0);
     assert!((r[4] - mpps).abs() / mpps < 0.01, "MsgRate {} vs {mpps} from BW", r[4]);
 }
 
+/// One QP's small-message rate is bound by the NIC's WQE processing
+/// (about 12.4 Mmsg/s, `calibrate`), not by doorbells: a post list of 32
+/// gives the same rate; more QPs raise it. (This test once asserted that
+/// the post list raised it, and passed on a difference of 1e-5 that the
+/// old window accounting made.)
 #[test]
-fn read_and_send_bw_run_and_post_lists_raise_small_message_rate() {
+fn read_and_send_bw_run_and_qps_raise_small_message_rate() {
     let rate = |args: &[&str]| {
         let out = stdout(bin().args(args));
         perftest_rows(&out, BW_HEADER)[0][4]
     };
     let one = rate(&["write-bw", "-s", "16", "-n", "20000", "--report_gbits"]);
     let list = rate(&["write-bw", "-s", "16", "-l", "32", "-n", "20000", "--report_gbits"]);
-    assert!(list > one, "post list 32 gave {list} Mpps, not above {one} without");
+    assert!((list - one).abs() < 0.001 * one, "post list 32 gave {list} Mpps, {one} without");
+    assert!((11.0..14.0).contains(&one), "one QP: {one} Mpps");
+    let four = rate(&["write-bw", "-s", "16", "-q", "4", "-n", "20000", "--report_gbits"]);
+    assert!(four > 3.0 * one, "4 QPs gave {four} Mpps, one {one}");
     let read = rate(&["read-bw", "-s", "4096", "-n", "2000", "--report_gbits"]);
     let send = rate(&["send-bw", "-s", "4096", "-n", "2000", "--report_gbits"]);
     assert!(read > 0.0 && send > 0.0, "read {read} send {send}");
@@ -333,4 +341,180 @@ fn completions_and_help_name_the_commands_and_perftest_flags() {
     {
         assert!(help.contains(flag), "write-bw --help lacks {flag}:\n{help}");
     }
+}
+
+/// Runs and expects a failure; returns stderr.
+fn fails(c: &mut Command) -> String {
+    let out = c.output().expect("runs");
+    assert!(!out.status.success(), "succeeded:\n{}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The wire's goodput limit of cx6-100g for `size`-byte messages, Gb/s
+/// (one 66-byte header and 20 bytes of preamble and gap per 4 KB packet).
+fn wire_gbps(size: u64) -> f64 {
+    let pkts = size.div_ceil(4096).max(1);
+    100.0 * size as f64 / (size + pkts * 86) as f64
+}
+
+/// perftest's bandwidth figures never pass the wire, whatever the QPs,
+/// post list, iterations or window; `-n N` prints N; `--out_json_file`
+/// carries perftest's key names with the printed figures.
+#[test]
+fn perftest_bandwidth_never_exceeds_the_wire_and_counts_what_it_was_asked() {
+    let d = scratch("perftest-wire");
+    let cases: &[&[&str]] = &[
+        &["write-bw", "-s", "65536", "-q", "2", "-n", "2000"],
+        &["write-bw", "-s", "65536", "-q", "2", "-D", "0.01"],
+        &["write-bw", "-s", "1048576", "-q", "16", "-n", "1"],
+        &["write-bw", "-s", "4096", "-q", "4", "-l", "16", "-n", "3000"],
+        &["read-bw", "-s", "65536", "-q", "3", "-D", "0.012"],
+        &["send-bw", "-s", "8192", "-q", "2", "-n", "1000"],
+    ];
+    for (k, args) in cases.iter().enumerate() {
+        let json = d.join(format!("{k}.json"));
+        let out = stdout(bin().args(*args).args(["--report_gbits", "--out_json_file"]).arg(&json));
+        let row = &perftest_rows(&out, BW_HEADER)[0];
+        let size = row[0] as u64;
+        let limit = wire_gbps(size);
+        assert!(row[3] > 0.0 && row[3] <= limit, "{args:?}: average {} vs wire {limit}\n{out}", row[3]);
+        assert!(row[2] <= limit && row[2] >= row[3], "{args:?}: peak {} vs wire {limit}, average {}", row[2], row[3]);
+        if let Some(i) = args.iter().position(|a| *a == "-n") {
+            assert_eq!(row[1], args[i + 1].parse::<f64>().expect("n"), "{args:?}: iterations\n{out}");
+        }
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let r = &doc["results"];
+        assert_eq!(r["MsgSize"].as_f64(), Some(row[0]), "{doc}");
+        assert_eq!(r["n_iterations"].as_f64(), Some(row[1]), "{doc}");
+        for (key, col) in [("BW_peak", 2), ("BW_average", 3), ("MsgRate", 4)] {
+            let v = r[key].as_f64().unwrap_or(f64::NAN);
+            assert!((v - row[col]).abs() <= 0.006 * row[col].max(1.0), "{key} {v} vs printed {}", row[col]);
+        }
+    }
+    let out = stdout(bin().args(["write-lat", "-s", "16", "-n", "2000"]));
+    assert_eq!(perftest_rows(&out, LAT_HEADER)[0][1], 2000.0, "{out}");
+}
+
+/// Flags the simulator cannot honour are named before anything runs,
+/// and figures that would mean nothing are refused, not printed.
+#[test]
+fn impossible_perftest_flags_are_named_up_front() {
+    for (args, says) in [
+        (&["write-bw", "-I", "221"][..], "-I 221"),
+        (&["write-bw", "-s", "2147483648"], "-s 2147483648"),
+        (&["write-bw", "-q", "4096", "-t", "4096"], "-q 4096 -t 4096"),
+        (&["write-bw", "-D", "1e-12"], "-D 0.000000000001"),
+        (&["write-bw", "-n", "18446744073709551615"], "-n 18446744073709551615"),
+        (&["write-lat", "-s", "1073741824"], "-n 1000 -s 1073741824"),
+        (&["write-bw", "-Q", "0"], "-Q 0"),
+        (&["write-bw", "-q", "16", "-D", "0.01"], "-D 0.01 -s 65536 -q 16"),
+    ] {
+        let start = std::time::Instant::now();
+        let err = fails(bin().args(args));
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(start.elapsed().as_secs() < 20, "{args:?} ran before failing");
+    }
+}
+
+fn scenario(d: &Path, name: &str, text: &str) -> PathBuf {
+    let p = d.join(name);
+    std::fs::write(&p, text).expect("write scenario");
+    p
+}
+
+const HEAD: &str = "duration_ms = 3\nwarmup_ms = 1\n";
+
+/// Each bad scenario value gets its own message, with file, line, key and
+/// the tenant: sizes, lists, profile, names (empty, control characters,
+/// `count` collisions, file-name collisions), weight 0; a scenario file
+/// is capped (`run /dev/zero` ends at once).
+#[test]
+fn bad_scenarios_say_what_is_wrong_and_where() {
+    let d = scratch("bad-scenarios");
+    let t = |extra: &str| format!("{HEAD}[[tenant]]\nname = 'a'\nkind = 'bw'\n{extra}\n");
+    let cases: Vec<(String, &str)> = vec![
+        (t("size = -5"), ":6:1: key `size`: tenant \"a\": size = -5: negative"),
+        (t("size = 0"), "size = 0: zero"),
+        (t("size = 2.5"), "size = 2.5: not an integer"),
+        (t("size = '4k'"), "a string"),
+        (t("size = 2147483648"), "above 1 GiB"),
+        (t("size = { min = 0, max = 10 }"), ":6:1: key `size`: tenant \"a\": size: uniform range needs 1 <= min"),
+        (t("size = { values = [16, 4096], weights = [1] }"), "tenant \"a\": size: `values` must be non-empty"),
+        (format!("profile = 'cx7'\n{}", t("size = 16")), ":1:1: key `profile`: unknown RNIC profile \"cx7\""),
+        (format!("{HEAD}[[tenant]]\nname = ''\nkind = 'bw'\nsize = 16\n"), "not empty"),
+        (format!("{HEAD}[[tenant]]\nname = \"a\\u0007b\"\nkind = 'bw'\nsize = 16\n"), "control character"),
+        (t("size = 16\ncount = 2\n[[tenant]]\nname = 'a#1'\nkind = 'bw'\nsize = 16"), "also a name of tenant"),
+        (t("size = 16\n[[tenant]]\nname = 'a.b'\nkind = 'bw'\nsize = 16\n[[tenant]]\nname = 'a_b'\nkind = 'bw'\nsize = 16"), "differ only in characters"),
+        (t("size = 16\nweight = 0"), "weight"),
+    ];
+    for (i, (text, says)) in cases.iter().enumerate() {
+        let path = scenario(&d, &format!("{i}.toml"), text);
+        let err = fails(bin().arg("run").arg(&path));
+        assert!(err.contains(says) && err.contains(&path.display().to_string()), "{text}\n-> {err}");
+    }
+    let start = std::time::Instant::now();
+    let err = fails(bin().args(["run", "/dev/zero"]));
+    assert!(err.contains("longer than"), "{err}");
+    assert!(start.elapsed().as_secs() < 20);
+}
+
+/// Options that could not do what they say are errors or warnings, not
+/// silently dropped; policy errors say why on their first line.
+#[test]
+fn options_that_would_be_ignored_are_refused_or_warned() {
+    let d = scratch("ignored");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/d_single.toml");
+    let sc = path.to_str().expect("utf-8 path");
+    for (args, says) in [
+        (&["--swap-at", "999=perf"][..], "after the run's end"),
+        (&["--swap-at", "20=perf", "--swap-at", "10=passthrough"], "in time order"),
+        (&["--hdr-log", "x.hlog", "--hdr-interval-ms", "0"], "--hdr-interval-ms 0"),
+        (&["--hw", "ets:0,0"], "weight 0"),
+        (&["--hw", "ets:1,1,1,1,1,1,1,1,1"], "9 weights"),
+        (&["--direct", "--policy", "perf"], "--policy"),
+    ] {
+        let err = fails(bin().args(["run", sc]).args(args).current_dir(&d));
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let out = bin().args(["run", sc, "--hw", "sp", "--quiet"]).output().expect("runs");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("changes nothing"), "no warning for --hw sp");
+    let err = fails(bin().args(["run", sc, "--policy", "perf:badkey=1"]));
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.contains("parameter `badkey=1`: "), "the first line does not say why: {err}");
+    let short = d.join("short.wasm");
+    std::fs::write(&short, b"\0asm").expect("write");
+    let err = fails(bin().args(["run", sc, "--policy"]).arg(&short));
+    assert!(err.contains("too short"), "{err}");
+}
+
+/// Outputs are all written or none: a JSON that cannot be written leaves
+/// no CSV behind; a path under a file fails before the run; a missing
+/// plot directory is created and said so; `--ctl` never replaces a file
+/// that is not a socket.
+#[test]
+fn outputs_are_all_or_nothing_and_nothing_is_overwritten() {
+    let d = scratch("outputs");
+    let sc = "runner/scenarios/d_single.toml";
+    let csv = d.join("a.csv");
+    let err = fails(bin().args(["run", sc, "--quiet", "--csv"]).arg(&csv).args(["--json", "/dev/full"]));
+    assert!(err.contains("/dev/full"), "{err}");
+    assert!(!csv.exists(), "the CSV was written though the JSON failed");
+    assert!(std::fs::read_dir(&d).expect("dir").next().is_none(), "a temporary file was left behind");
+    let file = d.join("precious.txt");
+    std::fs::write(&file, "keep me").expect("write");
+    let start = std::time::Instant::now();
+    let err = fails(bin().args(["run", sc, "--quiet", "--json"]).arg(file.join("r.json")));
+    assert!(err.contains("is not a directory"), "{err}");
+    let err = fails(bin().args(["run", sc, "--quiet", "--plot"]).arg(&file));
+    assert!(err.contains("not a directory"), "{err}");
+    assert!(start.elapsed().as_secs() < 20, "the checks came after a run");
+    let out = bin().args(["run", sc, "--quiet", "--plot"]).arg(d.join("new/plots")).output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&format!("created the directory {}", d.join("new").display())), "{said}");
+    assert!(d.join("new/plots/nic-utilization.svg").exists());
+    let err = fails(bin().args(["run", sc, "--quiet", "--realtime", "--ctl"]).arg(&file));
+    assert!(err.contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).expect("still there"), "keep me");
 }

@@ -55,6 +55,7 @@ pub struct LatClient<R: Rnic> {
     hist: Histogram<u64>,
     wcs: Vec<Wc>,
     primed: bool,
+    iters: Option<u64>,
 }
 
 impl<R: Rnic> LatClient<R> {
@@ -74,7 +75,20 @@ impl<R: Rnic> LatClient<R> {
             hist: new_histogram(),
             wcs: vec![Wc::EMPTY; 16],
             primed: false,
+            iters: None,
         }
+    }
+
+    /// Starts no new iteration once `iters` latencies are recorded
+    /// (perftest's `-n`).
+    pub fn stop_after(mut self, iters: u64) -> Self {
+        self.iters = Some(iters);
+        self
+    }
+
+    /// Whether the `stop_after` count is recorded.
+    pub fn done(&self) -> bool {
+        self.iters.is_some_and(|n| self.hist.len() >= n)
     }
 
     /// Latencies recorded, in picoseconds.
@@ -170,7 +184,7 @@ impl<R: Rnic> App for LatClient<R> {
                 did = true;
             }
         }
-        if !self.waiting && self.side.nic.clock_ns() < self.end_ns {
+        if !self.waiting && self.side.nic.clock_ns() < self.end_ns && !self.done() {
             self.send()?;
             did = true;
         }

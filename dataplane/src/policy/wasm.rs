@@ -83,6 +83,12 @@ pub enum LoadError {
     /// The bytes are not a wasm module (bad magic number).
     #[error("not a wasm module (no `\\0asm` header)")]
     NotWasm,
+    /// Too short to hold a wasm header (`\0asm` and a 4-byte version).
+    #[error("{len} bytes: too short for a wasm module (its header alone is 8 bytes: `\\0asm` and a version)")]
+    Truncated {
+        /// Its size.
+        len: usize,
+    },
     /// The module is larger than [`WasmLimits::max_module_bytes`].
     #[error("the module is {len} bytes, more than the {max}-byte cap")]
     TooLarge {
@@ -335,6 +341,9 @@ impl WasmPolicy {
     pub fn compile(bytes: &[u8], limits: WasmLimits) -> Result<Module, LoadError> {
         if bytes.len() > limits.max_module_bytes {
             return Err(LoadError::TooLarge { len: bytes.len(), max: limits.max_module_bytes });
+        }
+        if bytes.len() < 8 && b"\0asm".starts_with(&bytes[..bytes.len().min(4)]) {
+            return Err(LoadError::Truncated { len: bytes.len() });
         }
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(LoadError::NotWasm);

@@ -98,8 +98,41 @@ pub fn from_toml(file: &str, text: &str, e: &toml::de::Error) -> ScenarioError {
             }
         }
     }
-    let key = key.or_else(|| key_on_line(text, offset)).unwrap_or_else(|| "(document)".into());
+    let mut key = key.or_else(|| key_on_line(text, offset)).unwrap_or_else(|| "(document)".into());
+    let (mut line, mut column) = (line, column);
+    // A bad `size` is reported on its table: point at the `size` line.
+    if key == "tenant" && msg.contains(": size") {
+        if let Some(at) = key_in_table(text, offset, "size") {
+            (line, column) = line_col(text, at);
+            key = "size".into();
+        }
+    }
     ScenarioError { file: file.to_string(), line, column, key, message: msg, suggestion }
+}
+
+/// The offset of the line that sets `key` in the table whose header is at
+/// or before `offset` (up to the next table header).
+fn key_in_table(text: &str, offset: usize, key: &str) -> Option<usize> {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let mut at = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let mut first = true;
+    for raw in text[at..].split_inclusive('\n') {
+        let line = raw.trim_start();
+        if line.starts_with('[') && !first {
+            return None;
+        }
+        first = false;
+        if let Some(rest) = line.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return Some(at + raw.len() - line.len());
+            }
+        }
+        at += raw.len();
+    }
+    None
 }
 
 /// Finds where `key` is set: in the `tenant`-th `[[tenant]]` table (0-based)

@@ -9,10 +9,23 @@ mod size;
 use std::path::Path;
 
 use perf_dataplane::perftest::TestOp;
+use perf_dataplane::rnic::sim::RnicProfile;
 use serde::Deserialize;
 
 pub use error::ScenarioError;
 pub use size::SizeDist;
+
+/// The largest message, bytes (1 GiB): of a tenant, and of `-s`.
+pub const MAX_SIZE: u32 = 1 << 30;
+/// The most copies of one `[[tenant]]` entry.
+pub const MAX_COUNT: u32 = 10_000;
+/// The longest tenant name, characters.
+pub const MAX_NAME_CHARS: usize = 64;
+/// The shortest measurement window (`duration_ms - warmup_ms`), ms.
+pub const MIN_WINDOW_MS: f64 = 0.1;
+/// The largest scenario file, bytes (the biggest in the repository is a
+/// few KB; this keeps `run /dev/zero` from reading forever).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// A whole scenario, with tenants that have `count > 1` expanded.
 #[derive(Debug, Clone, Deserialize)]
@@ -116,7 +129,7 @@ impl TryFrom<RawTenant> for TenantSpec {
     type Error = String;
 
     fn try_from(r: RawTenant) -> Result<Self, String> {
-        let sizes = SizeDist::try_from(r.size)?;
+        let sizes = SizeDist::try_from(r.size).map_err(|e| format!("tenant {:?}: {e}", r.name))?;
         Ok(TenantSpec {
             group: r.name.clone(),
             name: r.name,
@@ -211,8 +224,19 @@ impl TenantSpec {
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading scenario {}: {e}", path.display()))?;
+        use std::io::Read;
+        let read = |e: std::io::Error| anyhow::anyhow!("reading scenario {}: {e}", path.display());
+        let file = std::fs::File::open(path).map_err(read)?;
+        // One byte past the cap tells a file at the cap from a longer one.
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(read)?;
+        anyhow::ensure!(
+            bytes.len() as u64 <= MAX_FILE_BYTES,
+            "reading scenario {}: longer than {MAX_FILE_BYTES} bytes; a scenario file is a few KB of TOML",
+            path.display()
+        );
+        let text = String::from_utf8(bytes)
+            .map_err(|e| anyhow::anyhow!("reading scenario {}: not UTF-8 text ({e})", path.display()))?;
         Ok(Self::parse_named(&path.display().to_string(), &text)?)
     }
 
@@ -246,19 +270,76 @@ impl Scenario {
         if !(self.duration_ms > self.warmup_ms && self.duration_ms <= 3.6e6) {
             return top("duration_ms", "must exceed `warmup_ms` (and be at most an hour)");
         }
+        if self.duration_ms - self.warmup_ms < MIN_WINDOW_MS {
+            return top(
+                "duration_ms",
+                &format!(
+                    "the measurement window (`duration_ms` - `warmup_ms` = {} ms) is shorter than {MIN_WINDOW_MS} ms: \
+                     too short for a rate to mean anything",
+                    self.duration_ms - self.warmup_ms
+                ),
+            );
+        }
+        if RnicProfile::by_name(&self.profile).is_none() {
+            return top(
+                "profile",
+                &format!("unknown RNIC profile {:?} (known: {})", self.profile, RnicProfile::NAMES.join(", ")),
+            );
+        }
+        // Every name a tenant will have in reports and file names, with
+        // the entry it comes from: `count` copies are `NAME#1` ...
+        let mut names: Vec<(String, usize)> = Vec::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.count == 1 {
+                names.push((t.name.clone(), i));
+            } else {
+                names.extend((1..=t.count.min(MAX_COUNT)).map(|k| (format!("{}#{k}", t.name), i)));
+            }
+        }
+        let mut seen: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+        let mut files: std::collections::HashMap<String, &str> = std::collections::HashMap::new();
+        for (name, i) in &names {
+            let t = &self.tenants[*i];
+            let bad = |m: String| Err((Some(*i), "name", format!("tenant {:?}: {m}", t.name)));
+            if let Some(other) = seen.insert(name.clone(), &self.tenants[*i].name) {
+                return bad(if other == t.name && t.count == 1 {
+                    "another tenant has this name (reports tell tenants apart by name)".into()
+                } else {
+                    format!("its name {name:?} is also a name of tenant {other:?} (`count` names copies NAME#1, NAME#2, ...)")
+                });
+            }
+            if let Some(other) = files.insert(crate::plot::slug(name), &self.tenants[*i].name) {
+                return bad(format!(
+                    "{name:?} and a name of tenant {other:?} differ only in characters that file names \
+                     (plots, logs) replace by `_`: their files would overwrite each other"
+                ));
+            }
+        }
         for (i, t) in self.tenants.iter().enumerate() {
             let bad = |key, m: String| Err((Some(i), key, format!("tenant {:?}: {m}", t.name)));
-            if self.tenants[..i].iter().any(|u| u.name == t.name) {
-                return bad("name", "another tenant has this name (reports tell tenants apart by name)".into());
+            if t.name.trim().is_empty() {
+                return bad("name", "a tenant needs a name that is not empty or blank".into());
+            }
+            if let Some(c) = t.name.chars().find(|c| c.is_control()) {
+                return bad(
+                    "name",
+                    format!("control character {c:?} in the name (reports and file names must stay readable)"),
+                );
+            }
+            if t.name.chars().count() > MAX_NAME_CHARS {
+                return bad("name", format!("longer than {MAX_NAME_CHARS} characters"));
+            }
+            if t.weight < 1 {
+                return bad(
+                    "weight",
+                    "must be at least 1 (weights are relative shares; 0 would never be served)".into(),
+                );
             }
             if !(1..=4096).contains(&t.qps) {
                 return bad("qps", "must be 1 to 4096".into());
             }
-            if t.size < 1 {
-                return bad("size", "must be at least 1 byte".into());
-            }
-            if t.size > 1 << 30 {
-                return bad("size", "must be at most 1 GiB".into());
+            if t.size > MAX_SIZE {
+                return bad("size", format!("{} bytes: above 1 GiB ({MAX_SIZE} bytes)", t.size));
             }
             if !(1..=4096).contains(&t.depth) {
                 return bad("depth", "must be 1 to 4096".into());
@@ -269,8 +350,8 @@ impl Scenario {
             if t.tc > 7 {
                 return bad("tc", "must be 0 to 7".into());
             }
-            if !(1..=10_000).contains(&t.count) {
-                return bad("count", "must be 1 to 10000".into());
+            if !(1..=MAX_COUNT).contains(&t.count) {
+                return bad("count", format!("must be 1 to {MAX_COUNT}"));
             }
             if !(t.start_ms >= 0.0 && t.start_ms < self.duration_ms) {
                 return bad("start_ms", format!("must be 0 or more and before `duration_ms` ({})", self.duration_ms));

@@ -14,6 +14,67 @@ pub(super) enum SizeSpec {
     Fixed(u32),
     Uniform(UniformSpec),
     List(ListSpec),
+    /// Anything else, kept to say what is wrong with it ([`explain`]).
+    Other(toml::Value),
+}
+
+/// Why a `size` value is not a size (the value as written).
+fn explain(v: &toml::Value) -> String {
+    use toml::Value;
+    let bytes = |what: &str, v: &Value| -> Option<String> {
+        match v {
+            Value::Integer(n) if *n < 0 => Some(format!("{what} = {n}: negative; a size is a number of bytes")),
+            Value::Integer(0) => Some(format!("{what} = 0: zero; a message carries at least 1 byte")),
+            Value::Integer(n) if *n > super::MAX_SIZE as i64 => {
+                Some(format!("{what} = {n}: above 1 GiB ({} bytes)", super::MAX_SIZE))
+            }
+            Value::Integer(_) => None,
+            Value::Float(f) => Some(format!("{what} = {f}: not an integer (a size is a whole number of bytes)")),
+            Value::String(t) => {
+                Some(format!("{what} = {t:?}: a string; write the number of bytes without quotes ({what} = 4096)"))
+            }
+            other => Some(format!("{what} = {other}: not a number of bytes")),
+        }
+    };
+    if let Some(why) = bytes("size", v) {
+        if !v.is_table() {
+            return why;
+        }
+    }
+    let Some(t) = v.as_table() else { return "not a size".into() };
+    let known: &[&str] = if t.contains_key("values") { &["values", "weights"] } else { &["min", "max"] };
+    if let Some(k) = t.keys().find(|k| !known.contains(&k.as_str())) {
+        return format!("size: unknown key `{k}` (a range has `min` and `max`, a list `values` and `weights`)");
+    }
+    for key in known {
+        match (t.get(*key), *key) {
+            (None, "weights") => {}
+            (None, _) => return format!("size: `{key}` is missing"),
+            (Some(Value::Array(items)), "values" | "weights") => {
+                for (i, item) in items.iter().enumerate() {
+                    let why = match (*key, item) {
+                        ("weights", Value::Integer(n)) if (0..=u32::MAX as i64).contains(n) => None,
+                        ("weights", other) => {
+                            Some(format!("size.weights[{i}] = {other}: a weight is a whole number >= 0"))
+                        }
+                        (_, item) => bytes(&format!("size.values[{i}]"), item),
+                    };
+                    if let Some(why) = why {
+                        return why;
+                    }
+                }
+            }
+            (Some(other), "values" | "weights") => return format!("size.{key} = {other}: must be a list [..]"),
+            (Some(item), _) => {
+                if let Some(why) = bytes(&format!("size.{key}"), item) {
+                    return why;
+                }
+            }
+        }
+    }
+    "not a size: a size in bytes (size = 16), a uniform range (size = { min = 64, max = 4096 }) or a weighted list \
+     (size = { values = [16, 4096], weights = [3, 1] })"
+        .into()
 }
 
 #[derive(Deserialize)]
@@ -56,6 +117,8 @@ impl TryFrom<SizeSpec> for SizeDist {
 
     fn try_from(s: SizeSpec) -> Result<Self, String> {
         Ok(match s {
+            SizeSpec::Other(v) => return Err(explain(&v)),
+            SizeSpec::Fixed(0) => return Err("size = 0: zero; a message carries at least 1 byte".into()),
             SizeSpec::Fixed(n) => SizeDist::Fixed(n),
             SizeSpec::Uniform(UniformSpec { min, max }) => {
                 if min == 0 || min > max {

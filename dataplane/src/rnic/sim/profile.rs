@@ -159,6 +159,16 @@ impl RnicProfile {
         frame_bytes * 8 * 1000 / self.link_gbps
     }
 
+    /// The most payload goodput messages of `size` bytes can reach on the
+    /// wire, Gb/s: every MTU packet pays its headers, preamble and gap
+    /// (no transport extension header counted, so every operation stays
+    /// at or under it).
+    pub fn goodput_gbps(&self, size: u32) -> f64 {
+        let pkts = size.div_ceil(self.mtu).max(1) as u64;
+        let frame = size as u64 + pkts * (self.header_bytes + self.preamble_ifg_bytes) as u64;
+        self.link_gbps as f64 * size as f64 / frame as f64
+    }
+
     /// Wire time of one packet carrying `payload` bytes (plus `extra`
     /// transport header bytes).
     pub fn packet_ps(&self, payload: u32, extra: u32) -> Ps {
