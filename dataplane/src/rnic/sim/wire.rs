@@ -14,6 +14,11 @@ use super::profile::{Ps, TcScheduler};
 use super::world::{Event, World};
 use crate::rnic::QpState;
 
+/// ETS deficit round-robin quantum per unit of class weight, in wire bytes:
+/// one full frame (4096 B payload, 66 B headers, 20 B preamble and gap,
+/// 16 B RETH) rounded up.
+pub(crate) const ETS_QUANTUM_BYTES: i64 = 4200;
+
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SegKind {
@@ -51,6 +56,10 @@ struct Run {
     start: Ps,
     end: Ps,
     pkts: u32,
+    /// Whether the run is charged to its queue's ETS deficit: it started
+    /// while another class had packets queued (a class alone on the wire
+    /// uses no quantum).
+    charged: bool,
 }
 
 /// Port counters.
@@ -181,27 +190,39 @@ impl World {
             TcScheduler::RoundRobin => Some(lowest),
             TcScheduler::StrictPriority => Some(31 - busy.leading_zeros() as usize),
             TcScheduler::Ets(weights) => {
+                let port = &mut host.port;
                 if busy.count_ones() == 1 {
-                    host.port.deficit = [0; 8];
+                    // Alone on the wire: no quantum is used, and the next
+                    // class to arrive starts a round of its own.
+                    port.deficit = [0; 8];
+                    port.dwrr_at = lowest;
                     return Some(lowest);
                 }
-                let quantum = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64 * 4200;
-                let mut at = host.port.dwrr_at;
-                for _ in 0..16 {
-                    if host.port.queues[at].is_empty() {
-                        host.port.deficit[at] = 0;
-                    } else if host.port.deficit[at] > 0 {
-                        host.port.dwrr_at = at;
-                        return Some(at);
-                    } else {
-                        host.port.deficit[at] += quantum(at);
-                        if host.port.deficit[at] > 0 {
-                            host.port.dwrr_at = at;
-                            return Some(at);
-                        }
-                    }
-                    at = (at + 1) % 8;
+                // Deficit round-robin: the class in service keeps the wire
+                // while its deficit lasts; then the next backlogged class in
+                // class order adds its quantum. A class's deficit overshoots
+                // by at most one packet (`start_run` sends at least one), and
+                // a quantum is at least one full frame, so one visit always
+                // makes it positive and the walk ends within a round.
+                let quantum = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64 * ETS_QUANTUM_BYTES;
+                let cur = port.dwrr_at;
+                if busy & (1 << cur) != 0 && port.deficit[cur] > 0 {
+                    return Some(cur);
                 }
+                let mut at = cur;
+                for _ in 0..2 * 8 {
+                    at = (at + 1) % 8;
+                    if busy & (1 << at) == 0 {
+                        port.deficit[at] = 0;
+                        continue;
+                    }
+                    port.deficit[at] += quantum(at);
+                    if port.deficit[at] > 0 {
+                        port.dwrr_at = at;
+                        return Some(at);
+                    }
+                }
+                port.dwrr_at = lowest;
                 Some(lowest)
             }
         }
@@ -223,6 +244,7 @@ impl World {
                 continue;
             }
             let others = (0..8).any(|o| o != q && !self.hosts[h].port.queues[o].is_empty());
+            let charged = others && matches!(self.hosts[h].tc_sched, TcScheduler::Ets(_));
             let remaining = seg.pkts - seg.sent_pkts;
             let k = match &self.hosts[h].tc_sched {
                 TcScheduler::Ets(_) if others => {
@@ -240,7 +262,7 @@ impl World {
             let port = &mut self.hosts[h].port;
             port.queued_ps[q] -= ps;
             port.gen += 1;
-            port.run = Some(Run { queue: q, start: now, end: now + ps, pkts: k });
+            port.run = Some(Run { queue: q, start: now, end: now + ps, pkts: k, charged });
             let gen = port.gen;
             self.schedule(now + ps, Event::WireDone { host: h, gen });
             return;
@@ -266,12 +288,11 @@ impl World {
         let frame = self.seg_frame_bytes(&seg, seg.sent_pkts, run.pkts);
         let overhead = run.pkts as u64 * (self.prof.header_bytes + self.prof.preamble_ifg_bytes) as u64
             + if seg.sent_pkts == 0 { seg.first_extra as u64 } else { 0 };
-        let is_ets = matches!(self.hosts[h].tc_sched, TcScheduler::Ets(_));
         let port = &mut self.hosts[h].port;
         port.counters.busy_ps += run.end - run.start;
         port.counters.payload_bytes += frame - overhead;
         port.counters.frames += run.pkts as u64;
-        if is_ets {
+        if run.charged {
             port.deficit[run.queue] -= frame as i64;
         }
         port.run = None;
