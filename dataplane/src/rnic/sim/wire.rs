@@ -14,10 +14,12 @@ use super::profile::{Ps, TcScheduler};
 use super::world::{Event, World};
 use crate::rnic::QpState;
 
-/// ETS deficit round-robin quantum per unit of class weight, in wire bytes:
+/// ETS deficit round-robin quantum of the heaviest class, in wire bytes:
 /// one full frame (4096 B payload, 66 B headers, 20 B preamble and gap,
-/// 16 B RETH) rounded up.
-pub(crate) const ETS_QUANTUM_BYTES: i64 = 4200;
+/// 16 B RETH) rounded up; a lighter class's quantum is this times its
+/// weight over the heaviest weight (at least 1 B), so a round is at most
+/// one frame per class and a class waits for at most a frame of each
+/// other class before its deficit grows.
 
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,39 +193,50 @@ impl World {
             TcScheduler::StrictPriority => Some(31 - busy.leading_zeros() as usize),
             TcScheduler::Ets(weights) => {
                 let port = &mut host.port;
+                // An empty class keeps a debt (a negative deficit: its last
+                // run overshot) but no credit.
+                for q in 0..8 {
+                    if busy & (1 << q) == 0 {
+                        port.deficit[q] = port.deficit[q].min(0);
+                    }
+                }
                 if busy.count_ones() == 1 {
-                    // Alone on the wire: no quantum is used, and the next
-                    // class to arrive starts a round of its own.
-                    port.deficit = [0; 8];
-                    port.dwrr_at = lowest;
+                    // Alone on the wire: its runs use no quantum.
                     return Some(lowest);
                 }
-                // Deficit round-robin: the class in service keeps the wire
-                // while its deficit lasts; then the next backlogged class in
-                // class order adds its quantum. A class's deficit overshoots
-                // by at most one packet (`start_run` sends at least one), and
-                // a quantum is at least one full frame, so one visit always
-                // makes it positive and the walk ends within a round.
-                let quantum = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64 * ETS_QUANTUM_BYTES;
                 let cur = port.dwrr_at;
                 if busy & (1 << cur) != 0 && port.deficit[cur] > 0 {
                     return Some(cur);
                 }
-                let mut at = cur;
-                for _ in 0..2 * 8 {
-                    at = (at + 1) % 8;
-                    if busy & (1 << at) == 0 {
-                        port.deficit[at] = 0;
-                        continue;
-                    }
-                    port.deficit[at] += quantum(at);
-                    if port.deficit[at] > 0 {
-                        port.dwrr_at = at;
-                        return Some(at);
+                // Deficit round-robin from the class after `cur`, in class
+                // order: each visit adds the class's quantum, and the first
+                // class whose deficit turns positive takes the wire. The
+                // rounds are skipped over rather than walked: with `r` the
+                // rounds the winner needs, the classes up to it in this
+                // round's order get `r` quanta and those after it `r - 1`.
+                let weight = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64;
+                let heaviest = (0..8).map(weight).max().unwrap_or(1);
+                let quantum = |q: usize| (ETS_QUANTUM_BYTES * weight(q) / heaviest).max(1);
+                let order = |k: usize| (cur + 1 + k) % 8;
+                let mut winner: Option<(i64, usize)> = None;
+                for k in 0..8 {
+                    let q = order(k);
+                    if busy & (1 << q) != 0 {
+                        let rounds = (-port.deficit[q]).max(0) / quantum(q) + 1;
+                        if winner.is_none_or(|(r, _)| rounds < r) {
+                            winner = Some((rounds, k));
+                        }
                     }
                 }
-                port.dwrr_at = lowest;
-                Some(lowest)
+                let (rounds, at) = winner?;
+                for k in 0..8 {
+                    let q = order(k);
+                    if busy & (1 << q) != 0 {
+                        port.deficit[q] += quantum(q) * if k <= at { rounds } else { rounds - 1 };
+                    }
+                }
+                port.dwrr_at = order(at);
+                Some(order(at))
             }
         }
     }
