@@ -20,6 +20,7 @@ use crate::rnic::QpState;
 /// weight over the heaviest weight (at least 1 B), so a round is at most
 /// one frame per class and a class waits for at most a frame of each
 /// other class before its deficit grows.
+pub(crate) const ETS_QUANTUM_BYTES: i64 = 4200;
 
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
