@@ -62,7 +62,9 @@ fn ets_gives_each_saturating_class_its_weighted_share() {
 #[test]
 fn ets_serves_a_sparse_class_within_a_few_frames_whatever_its_weight() {
     let profile = RnicProfile::cx6_100g();
-    let d = Durations { warmup_ns: WARMUP_NS, window_ns: WINDOW_NS };
+    // The 1 MB stream signals every 64 MB: its goodput needs a window
+    // above 6 ms (as in `calibration.rs`).
+    let d = Durations { warmup_ns: 2_000_000, window_ns: 10_000_000 };
     let lat16 = LatConfig::write(16);
     let (alone, _) = calibrate::lat_with_bulk(&profile, lat16, false, TcScheduler::RoundRobin, d).expect("alone");
     // The ping-pong in class 1 beside a 1 MB WRITE stream in class 0 needs
