@@ -87,7 +87,15 @@ its bytes (the remainder carried to the tenant's next message). As in
 PeRF, a tenant's share of the wire grows with its active QPs (the NIC
 round-robins over QPs): in experiment 3 below `B_multi` runs 2 QPs to
 `B_single`'s one. `weighted` and `slo` add `Perf::equalize_bandwidth`,
-which evens that out; `perf` does not.
+which evens that out; `perf` does not. And the caps only bind when the
+tenants' messages are large: in experiment 4 (`M_multi`, 10 QPs of 16 B
+WRITEs, beside `D_single`) the limit is 9 QPs, 11 are active, and
+`M_multi` keeps 2 + (9 - 2 tenants) = 9 of them, so it keeps its message
+rate and the ping-pong stays near its latency without isolation
+(`perf-runner compare runner/scenarios/paper/exp4.toml --policies
+passthrough,perf`: `M_multi` 105.66 Mmsg/s, `D_single` mean 1.82 us, against
+105.67 Mmsg/s and 1.90 us under `passthrough`). `max_active_qps=2` is the
+fixed cap of 2 the paper's QP-level figures vary.
 
 ### What PeRF's code does, and where `perf` follows it
 
