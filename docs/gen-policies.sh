@@ -94,8 +94,8 @@ WRITEs, beside `D_single`) the limit is 9 QPs, 11 are active, and
 rate and the ping-pong stays near its latency without isolation
 (`perf-runner compare runner/scenarios/paper/exp4.toml --policies
 passthrough,perf`: `M_multi` 105.66 Mmsg/s, `D_single` mean 1.82 us, against
-105.67 Mmsg/s and 1.90 us under `passthrough`). `max_active_qps=2` is the
-fixed cap of 2 the paper's QP-level figures vary.
+105.67 Mmsg/s and 1.90 us under `passthrough`). `max_active_qps=N` fixes
+the cap at N for every tenant, as experiment 5 varies it (1, 2, 4, 8).
 
 ### What PeRF's code does, and where `perf` follows it
 
