@@ -196,9 +196,9 @@ impl World {
                 let port = &mut host.port;
                 // An empty class keeps a debt (a negative deficit: its last
                 // run overshot) but no credit.
-                for q in 0..8 {
+                for (q, d) in port.deficit.iter_mut().enumerate() {
                     if busy & (1 << q) == 0 {
-                        port.deficit[q] = port.deficit[q].min(0);
+                        *d = (*d).min(0);
                     }
                 }
                 if busy.count_ones() == 1 {
