@@ -38,7 +38,9 @@ mod tests {
         let mut plans = [TenantPlan::PASSTHROUGH; 2];
         p.on_tick(0, &[stats(0, 1 << 20, 128, 1), stats(1, 16, 1, 1)], &mut plans);
         assert_eq!(plans[0].split, SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 16 });
-        assert_eq!(plans[1].split_threshold, 0);
+        // PeRF splits any message of PERF_LARGE_FLOW (1 KB) or more, whoever
+        // sends it; the ping-pong's 16 B messages stay whole.
+        assert_eq!(plans[1].split_threshold, 1024);
         let mut p = Perf::default();
         let mut plans = [TenantPlan::PASSTHROUGH; 1];
         p.on_tick(0, &[stats(0, 1 << 20, 128, 1)], &mut plans);
