@@ -69,7 +69,7 @@ PeRF as published (`policies/common/src/perf.rs`, `PerfParams`):
 | `classify_interval_ns` | 5 ms | reclassification period (a new tenant is classified at the first tick with traffic) |
 | `large_msg_bytes` | 1024 | a message this large marks a bandwidth tenant |
 | `delay_depth`, `delay_bytes` | 5, 1024 B | delay-sensitive: max SQ depth < 5 and depth x EWMA(0.5) size < 1024 B; other small-message tenants are message-sensitive |
-| `split_threshold` | 1024 B | messages this large are split |
+| `split_threshold` | 1024 B | messages this large are split, whatever the sender's class (`PERF_LARGE_FLOW`) |
 | `chunk_bytes` | 16 KB | SUB_MSG_SIZE |
 | `zero_weight_unit` | 1 KB | 0_WAIT_UNIT: `chunk / unit` zero-weight WRs per chunk while a delay- or message-sensitive tenant is active |
 | `max_active_qps` | `daemon` | PeRF's rule (`QpCap::Daemon`): only while more than one tenant is active and their active QPs exceed `max_qps_limit = min(QPS_CAPA, fu)`, `fu = (LINK_BW x 0.7 / (avg_msg x 8)) / (MSG_RATE / 1000)` with the largest average message of the tenants that are not delay-sensitive, each such tenant keeps 2 QPs active (`MAX_ALLOWED_QP_NUM`) plus its round-robin share of the spare `limit - active tenants`; delay-sensitive tenants are never capped. A number: that cap for every tenant, always. `formula`: each tenant capped at the formula of its own average message (not PeRF's). The formula's constants are `formula_link_mbps` (100000 Mb/s), `formula_utilization` (0.7), `formula_msg_rate_kpps` (12400), `formula_qps_capa` (9) |
