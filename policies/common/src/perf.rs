@@ -18,7 +18,8 @@
 //!   bytes a QP sent and posts the WRs per chunk's worth). No zero-weight
 //!   WR while only bandwidth tenants are active.
 //! - **QP level** ([`QpCap::Daemon`], the default, after `perf_main.c`
-//!   and `perf.c`): every `allowed_set_interval_ns` (10 ms) the limit
+//!   and `perf.c`): every `allowed_set_interval_ns` (10 ms), and when a
+//!   tenant starts or stops, the limit
 //!   `max_qps_limit = min(QPS_CAPA, fu)` is computed from the largest
 //!   average message size of the active tenants that are not
 //!   delay-sensitive; if more than one tenant is active and their active
@@ -360,6 +361,8 @@ pub struct Perf {
     carry: [u64; MAX_TENANTS],
     /// Where the daemon's next hand-out of spare QPs begins.
     next_grant: usize,
+    /// The active tenants (bit = tenant, the first 64) at the last tick.
+    active_set: u64,
     next_classify_ns: u64,
     next_allowed_ns: u64,
     ticked: bool,
@@ -382,6 +385,7 @@ impl Perf {
             pacing: [Pacing::UNLIMITED; MAX_TENANTS],
             carry: [0; MAX_TENANTS],
             next_grant: 0,
+            active_set: 0,
             next_classify_ns: 0,
             next_allowed_ns: 0,
             ticked: false,
@@ -504,7 +508,15 @@ impl Perf {
     }
 
     fn recompute_caps(&mut self, now_ns: u64, stats: &[TenantStats]) {
-        if self.ticked && now_ns < self.next_allowed_ns {
+        // A tenant that starts or stops is seen at once (PeRF's daemon sees
+        // it at its next 10 ms pass), the rest every period.
+        let mut active_set = 0u64;
+        for (i, s) in stats.iter().enumerate().take(64) {
+            active_set |= (active(s) as u64) << i;
+        }
+        let changed = active_set != self.active_set;
+        self.active_set = active_set;
+        if self.ticked && now_ns < self.next_allowed_ns && !changed {
             return;
         }
         self.next_allowed_ns = now_ns.saturating_add(self.params.allowed_set_interval_ns);
