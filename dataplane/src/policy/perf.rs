@@ -4,7 +4,7 @@
 //! the `perf.wasm` policy module; this module re-exports it and holds its
 //! native tests, so the native and the wasm policy are the same code.
 
-pub use perf_policy_perf::{Perf, PerfParams, QpCap, QpFormula};
+pub use perf_policy_perf::{Perf, PerfParams, QpCap, QpDaemon, QpFormula};
 
 #[cfg(test)]
 mod tests {
@@ -38,7 +38,9 @@ mod tests {
         let mut plans = [TenantPlan::PASSTHROUGH; 2];
         p.on_tick(0, &[stats(0, 1 << 20, 128, 1), stats(1, 16, 1, 1)], &mut plans);
         assert_eq!(plans[0].split, SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 16 });
-        assert_eq!(plans[1].split_threshold, 0);
+        // PeRF splits any message of PERF_LARGE_FLOW (1 KB) or more, whoever
+        // sends it; the ping-pong's 16 B messages stay whole.
+        assert_eq!(plans[1].split_threshold, 1024);
         let mut p = Perf::default();
         let mut plans = [TenantPlan::PASSTHROUGH; 1];
         p.on_tick(0, &[stats(0, 1 << 20, 128, 1)], &mut plans);
@@ -46,13 +48,19 @@ mod tests {
     }
 
     #[test]
-    fn tenant_share_does_not_grow_with_active_qps() {
+    fn as_in_perf_a_tenants_share_grows_with_its_active_qps() {
         let mut p = Perf::default();
         let mut plans = [TenantPlan::PASSTHROUGH; 2];
         p.on_tick(0, &[stats(0, 1 << 20, 128, 1), stats(1, 1 << 20, 128, 5)], &mut plans);
-        // One chunk per QP per NIC round: 16 KB for one QP, 2 x 8 KB for two.
+        // Two bandwidth tenants and no sensitive one: 16 KB chunks, no
+        // zero-weight WR; 6 active QPs over the 1 MB limit of 1 QP: the
+        // multi-QP tenant keeps MAX_ALLOWED_QP_NUM = 2 QPs active.
+        assert_eq!(plans[0].split, SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 0 });
+        assert_eq!(plans[1].split, SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 0 });
+        assert_eq!(plans[1].max_active_qps, 2);
+        // The extension the derived policies use evens the shares out.
+        p.equalize_bandwidth(&[stats(0, 1 << 20, 128, 1), stats(1, 1 << 20, 128, 5)], &mut plans);
         assert_eq!(plans[0].split, SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 1 });
         assert_eq!(plans[1].split, SplitPlan { chunk_bytes: 8192, zero_weight_per_chunk: 1 });
-        assert_eq!(plans[1].max_active_qps, 2);
     }
 }

@@ -13,7 +13,7 @@ extern crate std;
 
 pub mod perf;
 
-pub use perf::{Perf, PerfParams, QpCap, QpFormula};
+pub use perf::{Perf, PerfParams, QpCap, QpDaemon, QpFormula};
 
 /// Rounds `bytes` down to a multiple of 64 B (the host's chunk granule),
 /// at least [`perf_policy_sdk::limits::MIN_CHUNK`].

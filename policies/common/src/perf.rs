@@ -9,18 +9,30 @@
 //!   average size < `delay_bytes` (1024 B) is *delay-sensitive*; other
 //!   small-message tenants are *message-sensitive*. A tenant not yet
 //!   classified is classified at the first tick that sees its traffic.
-//! - **Message level**: bandwidth tenants' messages of `split_threshold`
-//!   (1 KB) and more go as `chunk_bytes` (16 KB) sub-requests; while a
-//!   delay- or message-sensitive tenant is active each chunk is followed
-//!   by `chunk / zero_weight_unit` (16) zero-weight WRs.
-//! - **QP level**: at most `qp_cap` QPs of a tenant active (2, or the
-//!   `max_qps_limit` formula, recomputed every `allowed_set_interval_ns`,
-//!   10 ms); the rest held in software and rotated in by in-NIC hand-off
-//!   after `quantum_requests` (128) / `quantum_bytes` (1,024,000) /
-//!   `quantum_ns` (1000 us). So that a tenant's share does not grow with
-//!   its active QPs, while several bandwidth tenants compete each of its
-//!   QPs sends chunks of `chunk_bytes / active`, each followed by at least
-//!   one zero-weight WR (which ends the QP's NIC turn there).
+//! - **Message level**: messages of `split_threshold` (1 KB) and more go
+//!   as `chunk_bytes` (16 KB) sub-requests; while a delay- or
+//!   message-sensitive tenant is active, one zero-weight WR per
+//!   `zero_weight_unit` (1 KB) of payload: `chunk / unit` (16) after each
+//!   chunk, and for a message shorter than a chunk its bytes' worth, the
+//!   remainder carried to the tenant's next message (`perf.c` counts the
+//!   bytes a QP sent and posts the WRs per chunk's worth). No zero-weight
+//!   WR while only bandwidth tenants are active.
+//! - **QP level** ([`QpCap::Daemon`], the default, after `perf_main.c`
+//!   and `perf.c`): every `allowed_set_interval_ns` (10 ms), and when a
+//!   tenant starts or stops, the limit
+//!   `max_qps_limit = min(QPS_CAPA, fu)` is computed from the largest
+//!   average message size of the active tenants that are not
+//!   delay-sensitive; if more than one tenant is active and their active
+//!   QPs exceed the limit, every tenant that is not delay-sensitive may
+//!   keep `MAX_ALLOWED_QP_NUM` (2) QPs active plus its share of the spare
+//!   `limit - active tenants`, handed round-robin to the tenants with
+//!   more than one active QP; otherwise nobody is capped. The rest are
+//!   held in software and rotated in by in-NIC hand-off after
+//!   `quantum_requests` (128) / `quantum_bytes` (1,024,000) / `quantum_ns`
+//!   (1000 us). A tenant's share of the NIC therefore still grows with
+//!   its active QPs, as in PeRF (the RNIC round-robins over QPs);
+//!   [`Perf::equalize_bandwidth`] is the extension that evens it out, for
+//!   the policies built on this one.
 //! - **Time slicing**: when more than `slice_above` (4) bandwidth tenants
 //!   share the NIC with an active sensitive one, one bandwidth tenant runs
 //!   at a time (the others are paused), rotating every `slice_ns` (100 ms).
@@ -33,17 +45,85 @@
 
 use perf_policy_sdk::abi::MAX_TENANTS;
 use perf_policy_sdk::{
-    parse_param, parse_param_min, Pacing, ParamError, Policy, SplitPlan, TenantClass, TenantPlan, TenantStats,
+    parse_param, parse_param_min, Pacing, ParamError, Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan,
+    TenantStats,
 };
 
 /// How many QPs of a tenant may be active at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum QpCap {
-    /// A fixed cap (the paper's default: 2).
+    /// PeRF's rule (the default): caps only while the NIC is over its QP
+    /// limit, 2 per tenant plus the spare capacity (see [`QpDaemon`]).
+    Daemon(QpDaemon),
+    /// A fixed cap for every tenant, always.
     Fixed(u32),
     /// PeRF's `max_qps_limit = min(QPS_CAPA, fu)`, per tenant from its
     /// average message size (see [`QpFormula::limit`]).
     Formula(QpFormula),
+}
+
+/// PeRF's active-QP rule, split between its control daemon
+/// (`perf_main.c`: the limit and the spare QPs each multi-QP tenant gets)
+/// and its library (`perf.c`, `perf_check_paused`: a tenant that is not
+/// delay-sensitive keeps `MAX_ALLOWED_QP_NUM` plus its spare QPs active
+/// while more than one tenant is active and the active QPs exceed the
+/// limit).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpDaemon {
+    /// MAX_ALLOWED_QP_NUM (`perf.h`: 2).
+    pub base: u32,
+    /// The `max_qps_limit` formula.
+    pub formula: QpFormula,
+}
+
+impl Default for QpDaemon {
+    fn default() -> Self {
+        QpDaemon { base: 2, formula: QpFormula::default() }
+    }
+}
+
+impl QpDaemon {
+    /// Active-QP caps for one daemon period: `caps[i]` for tenant `i` of
+    /// `tenants`, each given as (active QPs, average message bytes,
+    /// delay-sensitive); 0 means uncapped. `start` is where the round-robin
+    /// hand-out of spare QPs begins (PeRF resumes after the last tenant
+    /// served). Returns where the next period's hand-out begins.
+    pub fn caps(&self, tenants: &[(u32, f64, bool)], start: usize, caps: &mut [u32]) -> usize {
+        let n = tenants.len().min(caps.len());
+        let active = |i: usize| tenants[i].0 > 0;
+        let count = (0..n).filter(|&i| active(i)).count() as u32;
+        let qps: u64 = (0..n).map(|i| tenants[i].0 as u64).sum();
+        let max_msg = (0..n).filter(|&i| active(i) && !tenants[i].2).map(|i| tenants[i].1).fold(0.0, f64::max);
+        let limit = self.formula.limit(max_msg);
+        caps[..n].fill(0);
+        if count <= 1 || qps <= limit as u64 {
+            return start;
+        }
+        let mut extra = [0u32; MAX_TENANTS];
+        let mut spare = limit.saturating_sub(count);
+        let mut next = start;
+        while spare > 0 {
+            let mut granted = false;
+            for k in 0..n {
+                let i = (start + k) % n;
+                if spare > 0 && i < MAX_TENANTS && tenants[i].0 > 1 + extra[i] {
+                    extra[i] += 1;
+                    spare -= 1;
+                    next = i + 1;
+                    granted = true;
+                }
+            }
+            if !granted {
+                break;
+            }
+        }
+        for i in 0..n {
+            if active(i) && !tenants[i].2 {
+                caps[i] = self.base.max(1) + extra.get(i).copied().unwrap_or(0);
+            }
+        }
+        next % n.max(1)
+    }
 }
 
 /// The constants of PeRF's `max_qps_limit` formula (ConnectX-6 values
@@ -56,7 +136,8 @@ pub struct QpFormula {
     pub utilization: f64,
     /// MSG_RATE, thousand messages/s one QP sustains.
     pub msg_rate_kpps: f64,
-    /// QPS_CAPA, the QPs that saturate the NIC.
+    /// QPS_CAPA, the QPs that saturate the NIC (the README's 9; the
+    /// daemon's built-in default is 8).
     pub qps_capa: u32,
 }
 
@@ -97,9 +178,11 @@ pub struct PerfParams {
     pub delay_bytes: f64,
     /// Messages at least this large are split (1 KB).
     pub split_threshold: u64,
-    /// Sub-request size, SUB_MSG_SIZE (16 KB).
+    /// Sub-request size, SUB_MSG_SIZE (the README's 16 KB; `perf.c`
+    /// defaults to 8 KB when `PERF_CHUNK_SIZE` is not set).
     pub chunk_bytes: u32,
-    /// Payload bytes per zero-weight WR, 0_WAIT_UNIT (1 KB).
+    /// Payload bytes per zero-weight WR, 0_WAIT_UNIT (the README's 1 KB,
+    /// `PERF_DUMMY_FACTOR`).
     pub zero_weight_unit: u32,
     /// Active QPs per tenant.
     pub qp_cap: QpCap,
@@ -135,7 +218,7 @@ impl Default for PerfParams {
             split_threshold: 1024,
             chunk_bytes: 16 * 1024,
             zero_weight_unit: 1024,
-            qp_cap: QpCap::Fixed(2),
+            qp_cap: QpCap::Daemon(QpDaemon { base: 2, formula: QpFormula::default() }),
             allowed_set_interval_ns: 10_000_000,
             quantum_requests: 128,
             quantum_bytes: 1_024_000,
@@ -150,8 +233,8 @@ impl Default for PerfParams {
 
 impl PerfParams {
     /// The run-time parameter names [`PerfParams::set`] takes (the field
-    /// names; `max_active_qps` is [`PerfParams::qp_cap`], a number or
-    /// `formula`, and `formula_*` are the formula's constants).
+    /// names; `max_active_qps` is [`PerfParams::qp_cap`]: `daemon`, a number
+    /// or `formula`, and `formula_*` are the formula's constants).
     pub const KEYS: &'static [&'static str] = &[
         "tick_interval_ns",
         "classify_interval_ns",
@@ -180,7 +263,7 @@ impl PerfParams {
     /// `value`. Values are checked against what the host accepts (a chunk
     /// of 1 KiB to 1 GiB in 64 B granules, a tick of at least 10 us, a
     /// burst of 1 KiB to 1 TiB, ...); `formula_*` needs
-    /// `max_active_qps=formula` first.
+    /// `max_active_qps=daemon` (the default) or `formula`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         use perf_policy_sdk::limits;
         let positive = |v: f64| if v.is_finite() && v > 0.0 { Ok(v) } else { Err(ParamError::BadValue) };
@@ -200,9 +283,13 @@ impl PerfParams {
             }
             "zero_weight_unit" => self.zero_weight_unit = parse_param_min(value, 1)?,
             "max_active_qps" if value.trim() == "formula" => self.qp_cap = QpCap::Formula(QpFormula::default()),
+            "max_active_qps" if value.trim() == "daemon" => self.qp_cap = QpCap::Daemon(QpDaemon::default()),
             "max_active_qps" => self.qp_cap = QpCap::Fixed(parse_param_min(value, 1)?),
             "formula_link_mbps" | "formula_utilization" | "formula_msg_rate_kpps" | "formula_qps_capa" => {
-                let QpCap::Formula(f) = &mut self.qp_cap else { return Err(ParamError::BadValue) };
+                let f = match &mut self.qp_cap {
+                    QpCap::Formula(f) | QpCap::Daemon(QpDaemon { formula: f, .. }) => f,
+                    QpCap::Fixed(_) => return Err(ParamError::BadValue),
+                };
                 match key {
                     "formula_link_mbps" => f.link_mbps = positive(parse_param(value)?)?,
                     "formula_utilization" => f.utilization = positive(parse_param(value)?)?,
@@ -269,6 +356,13 @@ pub struct Perf {
     seen: [Seen; MAX_TENANTS],
     caps: [u32; MAX_TENANTS],
     pacing: [Pacing; MAX_TENANTS],
+    /// Payload bytes short of the next zero-weight WR, per tenant (for
+    /// messages shorter than a chunk).
+    carry: [u64; MAX_TENANTS],
+    /// Where the daemon's next hand-out of spare QPs begins.
+    next_grant: usize,
+    /// The active tenants (bit = tenant, the first 64) at the last tick.
+    active_set: u64,
     next_classify_ns: u64,
     next_allowed_ns: u64,
     ticked: bool,
@@ -289,6 +383,9 @@ impl Perf {
             seen: [Seen::ZERO; MAX_TENANTS],
             caps: [0; MAX_TENANTS],
             pacing: [Pacing::UNLIMITED; MAX_TENANTS],
+            carry: [0; MAX_TENANTS],
+            next_grant: 0,
+            active_set: 0,
             next_classify_ns: 0,
             next_allowed_ns: 0,
             ticked: false,
@@ -355,25 +452,42 @@ impl Perf {
         stats.iter().enumerate().filter(|(i, s)| self.bandwidth_backlogged(*i, s)).count()
     }
 
-    /// Tenant `i`'s active-QP cap as last computed.
+    /// Tenant `i`'s active-QP cap as last computed (0: uncapped).
     pub fn cap_of(&self, i: usize) -> u32 {
-        match self.caps.get(i) {
-            Some(&c) if c > 0 => c,
-            _ => self.fixed_cap(),
-        }
-    }
-
-    fn fixed_cap(&self) -> u32 {
-        match self.params.qp_cap {
-            QpCap::Fixed(n) => n.max(1),
-            QpCap::Formula(f) => f.qps_capa.max(1),
+        match (self.caps.get(i), self.params.qp_cap) {
+            (Some(&c), _) => c,
+            (None, QpCap::Daemon(d)) => d.base.max(1),
+            (None, QpCap::Fixed(n)) => n.max(1),
+            (None, QpCap::Formula(f)) => f.qps_capa.max(1),
         }
     }
 
     /// The active QPs a backlogged tenant runs: its backlogged QPs, within
     /// its cap.
     pub fn active_qps(&self, i: usize, s: &TenantStats) -> u32 {
-        s.backlogged_qps.clamp(1, self.cap_of(i))
+        match self.cap_of(i) {
+            0 => s.backlogged_qps.max(1),
+            cap => s.backlogged_qps.clamp(1, cap),
+        }
+    }
+
+    /// The extension of the policies built on PeRF (not PeRF's): while two
+    /// or more bandwidth tenants have work, each active QP of a backlogged
+    /// bandwidth tenant sends chunks of `chunk_bytes / active`, each
+    /// followed by at least one zero-weight WR (which ends the QP's NIC
+    /// turn there), so that every tenant moves `chunk_bytes` per NIC round
+    /// whatever its QP count. Call after [`Policy::on_tick`].
+    pub fn equalize_bandwidth(&self, stats: &[TenantStats], plans: &mut [TenantPlan]) {
+        if self.bandwidth_count(stats) < 2 {
+            return;
+        }
+        for (i, (s, plan)) in stats.iter().zip(plans.iter_mut()).enumerate() {
+            if self.bandwidth_backlogged(i, s) {
+                let active = self.active_qps(i, s);
+                plan.split.chunk_bytes = crate::chunk_granule((self.params.chunk_bytes / active) as u64);
+                plan.split.zero_weight_per_chunk = plan.split.zero_weight_per_chunk.max(1);
+            }
+        }
     }
 
     fn classify_all(&mut self, now_ns: u64, stats: &[TenantStats]) {
@@ -394,15 +508,40 @@ impl Perf {
     }
 
     fn recompute_caps(&mut self, now_ns: u64, stats: &[TenantStats]) {
-        if self.ticked && now_ns < self.next_allowed_ns {
+        // A tenant that starts or stops is seen at once (PeRF's daemon sees
+        // it at its next 10 ms pass), the rest every period.
+        let mut active_set = 0u64;
+        for (i, s) in stats.iter().enumerate().take(64) {
+            active_set |= (active(s) as u64) << i;
+        }
+        let changed = active_set != self.active_set;
+        self.active_set = active_set;
+        if self.ticked && now_ns < self.next_allowed_ns && !changed {
             return;
         }
         self.next_allowed_ns = now_ns.saturating_add(self.params.allowed_set_interval_ns);
-        for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
-            self.caps[i] = match self.params.qp_cap {
-                QpCap::Fixed(n) => n.max(1),
-                QpCap::Formula(f) => f.limit(s.ewma_msg_bytes),
-            };
+        match self.params.qp_cap {
+            QpCap::Daemon(d) => {
+                let mut tenants = [(0u32, 0.0f64, false); MAX_TENANTS];
+                for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
+                    // PeRF counts the QPs that posted in the last period; a
+                    // ping-pong between two requests has one.
+                    let qps = if active(s) { s.backlogged_qps.max(1) } else { 0 };
+                    tenants[i] = (qps, s.ewma_msg_bytes, self.classes[i] == TenantClass::DelaySensitive);
+                }
+                let n = stats.len().min(MAX_TENANTS);
+                self.next_grant = d.caps(&tenants[..n], self.next_grant, &mut self.caps[..n]);
+            }
+            QpCap::Fixed(n) => {
+                for c in self.caps.iter_mut().take(stats.len()) {
+                    *c = n.max(1);
+                }
+            }
+            QpCap::Formula(f) => {
+                for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
+                    self.caps[i] = f.limit(s.ewma_msg_bytes);
+                }
+            }
         }
     }
 
@@ -445,27 +584,20 @@ impl Policy for Perf {
         let sensitive = self.sensitive_active(stats);
         let bw = self.bandwidth_count(stats);
         let p = self.params;
-        let zero_weight = if sensitive {
-            p.chunk_bytes / p.zero_weight_unit.max(1)
-        } else if bw >= 2 {
-            1
-        } else {
-            0
-        };
+        let zero_weight = if sensitive { p.chunk_bytes / p.zero_weight_unit.max(1) } else { 0 };
         let owner = self.slice_owner(now_ns, stats, sensitive, bw);
         for (i, s) in stats.iter().enumerate() {
             let class = self.class_of(i, s);
-            let active = self.active_qps(i, s);
-            // Each active QP moves one chunk per NIC round; scaling the chunk
-            // by 1/active gives every bandwidth tenant the same bytes per round.
-            let chunk = if bw >= 2 { crate::chunk_granule((p.chunk_bytes / active) as u64) } else { p.chunk_bytes };
             plans[i] = TenantPlan {
                 max_active_qps: self.cap_of(i),
                 quantum_requests: p.quantum_requests,
                 quantum_bytes: p.quantum_bytes,
                 quantum_ns: p.quantum_ns,
-                split: SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: zero_weight },
-                split_threshold: if class == TenantClass::Bandwidth { p.split_threshold } else { 0 },
+                split: SplitPlan { chunk_bytes: p.chunk_bytes, zero_weight_per_chunk: zero_weight },
+                // PeRF splits every message of PERF_LARGE_FLOW and more,
+                // whoever sends it (such a message makes its tenant a
+                // bandwidth tenant at the next classification).
+                split_threshold: p.split_threshold,
                 class,
                 ..TenantPlan::PASSTHROUGH
             };
@@ -479,6 +611,25 @@ impl Policy for Perf {
                 *slot = Pacing { paused: paused as u32, ..bucket };
             }
         }
+    }
+
+    fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
+        if plan.split_threshold == 0 || req.len < plan.split_threshold {
+            return SplitPlan::WHOLE;
+        }
+        let mut split = plan.split;
+        if split.zero_weight_per_chunk > 0 && req.len < split.chunk_bytes as u64 {
+            // One zero-weight WR per `zero_weight_unit` of payload: a
+            // message shorter than a chunk earns its bytes' worth.
+            let unit = self.params.zero_weight_unit.max(1) as u64;
+            let carry = self.carry.get(req.tenant as usize).copied().unwrap_or(0);
+            let bytes = carry + req.len;
+            split.zero_weight_per_chunk = (bytes / unit).min(split.zero_weight_per_chunk as u64) as u32;
+            if let Some(c) = self.carry.get_mut(req.tenant as usize) {
+                *c = bytes % unit;
+            }
+        }
+        split
     }
 
     fn on_pacing(&mut self, _now_ns: u64, pacing: &mut [Pacing]) {
@@ -532,6 +683,43 @@ mod tests {
         assert_eq!(plans[1].max_active_qps, 5);
         let (plans, _) = tick(&mut p, 10_000_000, &[bulk(0, 1), TenantStats { ewma_msg_bytes: 16.0, ..ping(1) }]);
         assert_eq!(plans[1].max_active_qps, 9);
+    }
+
+    #[test]
+    fn the_daemon_caps_only_while_the_nic_is_over_its_qp_limit() {
+        let m = |t, qps| TenantStats { qps, backlogged_qps: qps, max_depth: 128, ..ping(t) };
+        // Experiment 4: M (10 QPs of 16 B) beside D. Limit min(9, fu(16 B)
+        // = 44) = 9 < 11 active QPs: M keeps 2 + the spare 9 - 2 tenants.
+        let (plans, _) = tick(&mut Perf::default(), 0, &[m(0, 10), ping(1)]);
+        assert_eq!((plans[0].class, plans[1].class), (TenantClass::MessageSensitive, TenantClass::DelaySensitive));
+        assert_eq!((plans[0].max_active_qps, plans[1].max_active_qps), (9, 0), "D is never capped");
+        // Experiments 3 and 5: a 1 MB tenant makes the limit 1 QP, so no
+        // spare: every multi-QP tenant keeps 2.
+        let (plans, _) = tick(&mut Perf::default(), 0, &[bulk(0, 1), fixtures::bulk(1, 5, 1)]);
+        assert_eq!(plans[1].max_active_qps, 2);
+        let (plans, _) = tick(&mut Perf::default(), 0, &[bulk(0, 1), m(1, 10)]);
+        assert_eq!(plans[1].max_active_qps, 2);
+        // A tenant alone, or few QPs in all: nobody capped.
+        let (plans, _) = tick(&mut Perf::default(), 0, &[m(0, 10)]);
+        assert_eq!(plans[0].max_active_qps, 0);
+        let (plans, _) = tick(&mut Perf::default(), 0, &[m(0, 4), m(1, 4)]);
+        assert_eq!((plans[0].max_active_qps, plans[1].max_active_qps), (0, 0), "8 QPs <= 9");
+        // Spare QPs go round-robin to the multi-QP tenants: 9 - 3 tenants = 6.
+        let (plans, _) = tick(&mut Perf::default(), 0, &[m(0, 10), m(1, 10), ping(2)]);
+        assert_eq!((plans[0].max_active_qps, plans[1].max_active_qps), (5, 5));
+    }
+
+    #[test]
+    fn a_message_shorter_than_a_chunk_earns_its_bytes_worth_of_zero_weight_wrs() {
+        let mut p = Perf::default();
+        let (plans, _) = tick(&mut p, 0, &[bulk(0, 1), ping(1)]);
+        let req = |len| RequestInfo { tenant: 0, qp: 0, len, op: perf_policy_sdk::RequestOp::Write, depth: 1 };
+        assert_eq!(p.on_request(&req(1 << 20), &plans[0]).zero_weight_per_chunk, 16);
+        // 1.5 KB, then 1.5 KB: one WR, then two (the half carried).
+        assert_eq!(p.on_request(&req(1536), &plans[0]).zero_weight_per_chunk, 1);
+        assert_eq!(p.on_request(&req(1536), &plans[0]).zero_weight_per_chunk, 2);
+        assert_eq!(p.on_request(&req(4096), &plans[0]).zero_weight_per_chunk, 4);
+        assert_eq!(p.on_request(&req(512), &plans[0]), SplitPlan::WHOLE, "under PERF_LARGE_FLOW");
     }
 
     #[test]
@@ -594,6 +782,9 @@ mod tests {
         assert_eq!(p.set_param("max_active_qps", "formula"), Ok(()));
         assert_eq!(p.set_param("formula_qps_capa", "4"), Ok(()));
         assert!(matches!(p.params.qp_cap, QpCap::Formula(f) if f.qps_capa == 4));
+        assert_eq!(p.set_param("max_active_qps", "daemon"), Ok(()));
+        assert_eq!(p.params.qp_cap, PerfParams::default().qp_cap, "PeRF's rule is the default");
+        assert_eq!(p.set_param("formula_qps_capa", "8"), Ok(()), "the daemon's limit uses the formula");
         assert_eq!(p.set_param("no_such_knob", "1"), Err(ParamError::UnknownKey));
         p.params.quantum_requests = 0;
         p.params.quantum_ns = 0;

@@ -10,7 +10,7 @@
 //! std.
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
-pub use perf_policy_common::{Perf, PerfParams, QpCap, QpFormula};
+pub use perf_policy_common::{Perf, PerfParams, QpCap, QpDaemon, QpFormula};
 use perf_policy_sdk::export_policy;
 
 export_policy!(Perf);

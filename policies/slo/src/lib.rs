@@ -232,6 +232,7 @@ impl Policy for Slo {
 
     fn on_tick(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
         self.perf.on_tick(now_ns, stats, plans);
+        self.perf.equalize_bandwidth(stats, plans);
         if !self.perf.delay_active(stats) {
             return;
         }

@@ -98,7 +98,8 @@ pub(crate) struct SimQp {
     /// Go-back-N generation: bumped at each rewind; answers for older
     /// generations are ignored.
     pub epoch: u32,
-    /// After an RNR NAK the QP sends nothing before this time.
+    /// The QP executes nothing before this time (RNR back-off, a
+    /// go-back-N rewind, a parked WAIT's wake-up).
     pub stall_until: Ps,
     /// Whether the QP is registered as a waiter on a CQ.
     pub waiting: bool,

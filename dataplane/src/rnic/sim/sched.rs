@@ -163,9 +163,11 @@ impl World {
             Some(c) => c.take_satisfied(),
             None => return,
         };
+        let wake_at = self.now + self.prof.wait_wake_ps;
         for qi in woken {
             if let Some(q) = self.qp_mut(h, qi) {
                 q.waiting = false;
+                q.stall_until = q.stall_until.max(wake_at);
             }
             self.requeue(h, qi);
         }

@@ -14,6 +14,14 @@ use super::profile::{Ps, TcScheduler};
 use super::world::{Event, World};
 use crate::rnic::QpState;
 
+/// ETS deficit round-robin quantum of the heaviest class, in wire bytes:
+/// one full frame (4096 B payload, 66 B headers, 20 B preamble and gap,
+/// 16 B RETH) rounded up; a lighter class's quantum is this times its
+/// weight over the heaviest weight (at least 1 B), so a round is at most
+/// one frame per class and a class waits for at most a frame of each
+/// other class before its deficit grows.
+pub(crate) const ETS_QUANTUM_BYTES: i64 = 4200;
+
 /// What a segment carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SegKind {
@@ -51,6 +59,10 @@ struct Run {
     start: Ps,
     end: Ps,
     pkts: u32,
+    /// Whether the run is charged to its queue's ETS deficit: it started
+    /// while another class had packets queued (a class alone on the wire
+    /// uses no quantum).
+    charged: bool,
 }
 
 /// Port counters.
@@ -181,28 +193,51 @@ impl World {
             TcScheduler::RoundRobin => Some(lowest),
             TcScheduler::StrictPriority => Some(31 - busy.leading_zeros() as usize),
             TcScheduler::Ets(weights) => {
+                let port = &mut host.port;
+                // An empty class keeps a debt (a negative deficit: its last
+                // run overshot) but no credit.
+                for (q, d) in port.deficit.iter_mut().enumerate() {
+                    if busy & (1 << q) == 0 {
+                        *d = (*d).min(0);
+                    }
+                }
                 if busy.count_ones() == 1 {
-                    host.port.deficit = [0; 8];
+                    // Alone on the wire: its runs use no quantum.
                     return Some(lowest);
                 }
-                let quantum = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64 * 4200;
-                let mut at = host.port.dwrr_at;
-                for _ in 0..16 {
-                    if host.port.queues[at].is_empty() {
-                        host.port.deficit[at] = 0;
-                    } else if host.port.deficit[at] > 0 {
-                        host.port.dwrr_at = at;
-                        return Some(at);
-                    } else {
-                        host.port.deficit[at] += quantum(at);
-                        if host.port.deficit[at] > 0 {
-                            host.port.dwrr_at = at;
-                            return Some(at);
+                let cur = port.dwrr_at;
+                if busy & (1 << cur) != 0 && port.deficit[cur] > 0 {
+                    return Some(cur);
+                }
+                // Deficit round-robin from the class after `cur`, in class
+                // order: each visit adds the class's quantum, and the first
+                // class whose deficit turns positive takes the wire. The
+                // rounds are skipped over rather than walked: with `r` the
+                // rounds the winner needs, the classes up to it in this
+                // round's order get `r` quanta and those after it `r - 1`.
+                let weight = |q: usize| weights.get(q).copied().unwrap_or(1).max(1) as i64;
+                let heaviest = (0..8).map(weight).max().unwrap_or(1);
+                let quantum = |q: usize| (ETS_QUANTUM_BYTES * weight(q) / heaviest).max(1);
+                let order = |k: usize| (cur + 1 + k) % 8;
+                let mut winner: Option<(i64, usize)> = None;
+                for k in 0..8 {
+                    let q = order(k);
+                    if busy & (1 << q) != 0 {
+                        let rounds = (-port.deficit[q]).max(0) / quantum(q) + 1;
+                        if winner.is_none_or(|(r, _)| rounds < r) {
+                            winner = Some((rounds, k));
                         }
                     }
-                    at = (at + 1) % 8;
                 }
-                Some(lowest)
+                let (rounds, at) = winner?;
+                for k in 0..8 {
+                    let q = order(k);
+                    if busy & (1 << q) != 0 {
+                        port.deficit[q] += quantum(q) * if k <= at { rounds } else { rounds - 1 };
+                    }
+                }
+                port.dwrr_at = order(at);
+                Some(order(at))
             }
         }
     }
@@ -223,6 +258,7 @@ impl World {
                 continue;
             }
             let others = (0..8).any(|o| o != q && !self.hosts[h].port.queues[o].is_empty());
+            let charged = others && matches!(self.hosts[h].tc_sched, TcScheduler::Ets(_));
             let remaining = seg.pkts - seg.sent_pkts;
             let k = match &self.hosts[h].tc_sched {
                 TcScheduler::Ets(_) if others => {
@@ -240,7 +276,7 @@ impl World {
             let port = &mut self.hosts[h].port;
             port.queued_ps[q] -= ps;
             port.gen += 1;
-            port.run = Some(Run { queue: q, start: now, end: now + ps, pkts: k });
+            port.run = Some(Run { queue: q, start: now, end: now + ps, pkts: k, charged });
             let gen = port.gen;
             self.schedule(now + ps, Event::WireDone { host: h, gen });
             return;
@@ -266,12 +302,11 @@ impl World {
         let frame = self.seg_frame_bytes(&seg, seg.sent_pkts, run.pkts);
         let overhead = run.pkts as u64 * (self.prof.header_bytes + self.prof.preamble_ifg_bytes) as u64
             + if seg.sent_pkts == 0 { seg.first_extra as u64 } else { 0 };
-        let is_ets = matches!(self.hosts[h].tc_sched, TcScheduler::Ets(_));
         let port = &mut self.hosts[h].port;
         port.counters.busy_ps += run.end - run.start;
         port.counters.payload_bytes += frame - overhead;
         port.counters.frames += run.pkts as u64;
-        if is_ets {
+        if run.charged {
             port.deficit[run.queue] -= frame as i64;
         }
         port.run = None;
