@@ -305,6 +305,8 @@ fn err_drain_after_silent_completions_and_cq_sizing() {
     let Some(mut nic) = open_device("err_drain_after_silent_completions_and_cq_sizing") else { return };
     let big = nic.create_cq(CqAttr { depth: 1 << 20, ignore_overrun: false }).expect("a host-side CQ depth");
     let zw = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true }).expect("the zero-weight WRs' CQ");
+    let ignores = nic.device_cq_ignores_overrun(zw).expect("cq");
+    eprintln!("{}: ignore-overrun CQ from ibv_create_cq_ex: {ignores}", nic.name());
     nic.destroy_cq(zw).expect("destroy");
     nic.destroy_cq(big).expect("destroy");
     let mut l = loopback(nic, |_| {});

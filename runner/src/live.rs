@@ -475,7 +475,7 @@ pub fn run_verbs(sc: &Scenario, policy: &str, device: &VerbsDevice, mode: &LiveM
             // interface that reaches the peer, whose GID the QPs then use.
             let conn = OobConn::connect(addr.as_str(), OOB_TIMEOUT)
                 .with_context(|| format!("--peer {addr}: connecting to the serving host"))?;
-            let nic = open(conn.local_addr().map(|a| a.ip()))?;
+            let nic = open(conn.local_addr().ok().map(|a| a.ip()))?;
             run_live::<_, Shared<Box<dyn Rnic>>>(sc, policy, nic, Peers::Remote(conn)).map(Some)
         }
         LiveMode::Serve(port) => {

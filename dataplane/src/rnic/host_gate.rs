@@ -872,7 +872,7 @@ impl<W> HostGate<W> {
 
     /// Posts a signaled zero-length WRITE on the QP; returns its sequence.
     fn post_marker(&mut self, qi: u32) -> Option<u64> {
-        let Some(q) = self.qm(qi) else { return None };
+        let q = self.qm(qi)?;
         let seq = q.alloc_seq();
         let entry = Entry::Hw {
             seq,

@@ -427,6 +427,13 @@ impl VerbsRnic {
         self.last_device_error.as_deref()
     }
 
+    /// Whether the device CQ behind `cq` drops CQEs on overrun
+    /// (`IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`, asked for an ignore-overrun
+    /// CQ) rather than being a plain CQ sized for its QPs.
+    pub fn device_cq_ignores_overrun(&self, cq: CqHandle) -> Result<bool, RnicError> {
+        Ok(self.cq_entry(cq)?.cq.ignores_overrun())
+    }
+
     /// The asynchronous events read so far (QP and CQ errors, port state
     /// changes, fatal device errors), one line each, oldest first.
     pub fn device_events(&self) -> &[String] {
@@ -1118,6 +1125,34 @@ mod tests {
         assert_eq!(port_state::DOWN, p::IBV_PORT_DOWN);
         assert_eq!(mtu_bytes(ffi::ibv_mtu::IBV_MTU_4096), Some(4096));
         assert_eq!(mtu_bytes(ffi::ibv_mtu::IBV_MTU_1024), Some(1024));
+        assert_eq!(cq_attr::MASK_FLAGS, ffi::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0);
+        assert_eq!(cq_attr::IGNORE_OVERRUN, ffi::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0);
+        use ffi::ibv_event_type as ev;
+        let events = [
+            (event::CQ_ERR, ev::IBV_EVENT_CQ_ERR),
+            (event::QP_FATAL, ev::IBV_EVENT_QP_FATAL),
+            (event::QP_REQ_ERR, ev::IBV_EVENT_QP_REQ_ERR),
+            (event::QP_ACCESS_ERR, ev::IBV_EVENT_QP_ACCESS_ERR),
+            (event::COMM_EST, ev::IBV_EVENT_COMM_EST),
+            (event::SQ_DRAINED, ev::IBV_EVENT_SQ_DRAINED),
+            (event::PATH_MIG, ev::IBV_EVENT_PATH_MIG),
+            (event::PATH_MIG_ERR, ev::IBV_EVENT_PATH_MIG_ERR),
+            (event::DEVICE_FATAL, ev::IBV_EVENT_DEVICE_FATAL),
+            (event::PORT_ACTIVE, ev::IBV_EVENT_PORT_ACTIVE),
+            (event::PORT_ERR, ev::IBV_EVENT_PORT_ERR),
+            (event::LID_CHANGE, ev::IBV_EVENT_LID_CHANGE),
+            (event::PKEY_CHANGE, ev::IBV_EVENT_PKEY_CHANGE),
+            (event::SM_CHANGE, ev::IBV_EVENT_SM_CHANGE),
+            (event::SRQ_ERR, ev::IBV_EVENT_SRQ_ERR),
+            (event::SRQ_LIMIT_REACHED, ev::IBV_EVENT_SRQ_LIMIT_REACHED),
+            (event::QP_LAST_WQE_REACHED, ev::IBV_EVENT_QP_LAST_WQE_REACHED),
+            (event::CLIENT_REREGISTER, ev::IBV_EVENT_CLIENT_REREGISTER),
+            (event::GID_CHANGE, ev::IBV_EVENT_GID_CHANGE),
+            (event::WQ_FATAL, ev::IBV_EVENT_WQ_FATAL),
+        ];
+        for (ours, theirs) in events {
+            assert_eq!(ours, theirs as u32);
+        }
         assert_eq!(transport::IB, ffi::ibv_transport_type::IBV_TRANSPORT_IB);
         assert_eq!(transport::IWARP, ffi::ibv_transport_type::IBV_TRANSPORT_IWARP);
     }

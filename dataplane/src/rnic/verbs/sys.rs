@@ -375,12 +375,15 @@ impl Context {
     /// on the non-blocking fd, then `ibv_ack_async_event`): its raw
     /// `ibv_event_type` and what it names.
     pub fn next_async_event(&self) -> Option<RawAsyncEvent> {
-        // SAFETY: plain data (a union of pointers and an int, and an enum);
+        // SAFETY: plain data (a union of pointers and an int, and a u32);
         // all-zero is a valid value.
-        let mut ev: ffi::ibv_async_event = unsafe { std::mem::zeroed() };
-        // SAFETY: live context; `ev` is valid for writes. The fd is
-        // non-blocking, so the call returns -1 (EAGAIN) when none is pending.
-        let rc = unsafe { ffi::ibv_get_async_event(self.ptr.as_ptr(), &mut ev) };
+        let mut ev: AsyncEventC = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; `ev` has the layout of `ibv_async_event`
+        // (with the enum read as the `u32` C writes, so an event type this
+        // build does not know is a value, not undefined behaviour) and is
+        // valid for writes. The fd is non-blocking, so the call returns -1
+        // (EAGAIN) when none is pending.
+        let rc = unsafe { ffi::ibv_get_async_event(self.ptr.as_ptr(), (&mut ev as *mut AsyncEventC).cast()) };
         if rc != 0 {
             return None;
         }
@@ -400,9 +403,17 @@ impl Context {
             }
         };
         // SAFETY: the event came from ibv_get_async_event and is acked once.
-        unsafe { ffi::ibv_ack_async_event(&mut ev) };
+        unsafe { ffi::ibv_ack_async_event((&mut ev as *mut AsyncEventC).cast()) };
         Some(RawAsyncEvent { kind, element: subject })
     }
+}
+
+/// `struct ibv_async_event` with its `enum ibv_event_type` as the plain
+/// `u32` it is in C (rdma-sys declares a Rust enum there).
+#[repr(C)]
+struct AsyncEventC {
+    element: ffi::ibv_async_event_element_t,
+    event_type: u32,
 }
 
 /// What an asynchronous event names.
@@ -1126,6 +1137,16 @@ mod tests {
         assert_eq!(bad_index(1000 + 3 * 128, 1000, 128, 5), 3);
         assert_eq!(bad_index(0, 1000, 128, 5), 0, "NULL bad_wr");
         assert_eq!(bad_index(1000 + 9 * 128, 1000, 128, 5), 0, "outside the list");
+    }
+
+    #[test]
+    fn hand_written_structs_match_the_headers() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(size_of::<AsyncEventC>(), size_of::<ffi::ibv_async_event>());
+        assert_eq!(align_of::<AsyncEventC>(), align_of::<ffi::ibv_async_event>());
+        // struct ibv_gid_entry: a 16 B GID and four u32s.
+        assert_eq!(size_of::<IbvGidEntry>(), 32);
+        assert_eq!(size_of::<IbvGidEntry>(), size_of::<ffi::ibv_gid_entry>());
     }
 
     #[test]
