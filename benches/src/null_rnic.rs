@@ -68,6 +68,7 @@ impl Rnic for NullRnic {
                 max_cqe: 1 << 22,
                 max_inline_data: 256,
                 traffic_classes: 8,
+                max_rd_atomic: 16,
             },
         }
     }

@@ -294,6 +294,40 @@ fn host_gated_managed_qp_and_wait() {
     assert!(l.nic.gate_counters().ctrl_executed >= 3);
 }
 
+/// ERR after unsignaled work that completed silently: the gate's drain
+/// marker retires it, so a post to the failed QP still completes (with a
+/// flush error) instead of waiting forever behind WQEs that will never
+/// produce a CQE. Also: an application CQ deeper than `max_cqe` (the
+/// dataplane's 2^20) is accepted, the device ring growing with its QPs,
+/// and the endpoint carries the port MTU and READ depth for the peer.
+#[test]
+fn err_drain_after_silent_completions_and_cq_sizing() {
+    let Some(mut nic) = open_device("err_drain_after_silent_completions_and_cq_sizing") else { return };
+    let big = nic.create_cq(CqAttr { depth: 1 << 20, ignore_overrun: false }).expect("a host-side CQ depth");
+    let zw = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true }).expect("the zero-weight WRs' CQ");
+    let ignores = nic.device_cq_ignores_overrun(zw).expect("cq");
+    eprintln!("{}: ignore-overrun CQ from ibv_create_cq_ex: {ignores}", nic.name());
+    nic.destroy_cq(zw).expect("destroy");
+    nic.destroy_cq(big).expect("destroy");
+    let mut l = loopback(nic, |_| {});
+    let ep = connect::endpoint(&l.nic, l.a.qp_num);
+    assert!(ep.mtu >= 256 && ep.max_rd_atomic >= 1, "{ep:?}");
+    let remote = l.mr_b.remote(0);
+    let sge = [l.mr_a.sge(0, 64)];
+    let write =
+        |wr_id, signaled| SendWr { wr_id, opcode: WrOpcode::Write { remote }, payload: Payload::Sges(&sge), signaled };
+    let silent: Vec<SendWr<'_>> = (0..8).map(|i| write(i, false)).collect();
+    l.nic.post_send(l.a.handle, &silent).expect("unsignaled WRITEs");
+    // Let them complete in the device: no CQE will ever say so.
+    std::thread::sleep(Duration::from_millis(50));
+    poll_none(&mut l.nic, l.cq, Duration::from_millis(10));
+    l.nic.modify_qp(l.a.handle, QpTransition::Err).expect("to ERR");
+    l.nic.post_send(l.a.handle, &[write(100, true)]).expect("a post to a QP in ERR is accepted");
+    let got = poll_n(&mut l.nic, l.cq, 1);
+    assert_eq!((got[0].wr_id, got[0].status), (100, WcStatus::WrFlushErr), "{got:?}");
+    assert!(l.nic.gate_counters().markers >= 1, "the drain marker was posted");
+}
+
 #[test]
 fn opening_a_missing_device_fails_with_a_clear_error() {
     let e = match VerbsRnic::open("perf-rs-missing-device") {

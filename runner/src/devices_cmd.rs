@@ -198,6 +198,7 @@ mod tests {
                 max_cqe: 4096,
                 max_inline_data: 256,
                 traffic_classes: 0,
+                max_rd_atomic: 16,
             },
             max_qp: 64,
             ports: vec![port],

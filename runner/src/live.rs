@@ -26,9 +26,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
+use perf_dataplane::engine::{Dataplane, DataplaneConfig};
 use perf_dataplane::perftest::App;
 use perf_dataplane::rnic::oob::{ConnInfo, OobConn};
-use perf_dataplane::rnic::verbs_open::open_verbs;
+use perf_dataplane::rnic::sizing::fit_queue_depths;
+use perf_dataplane::rnic::verbs_open::{open_verbs_with, GidChoice};
 use perf_dataplane::rnic::*;
 
 use crate::driver::NicTimeline;
@@ -73,6 +75,20 @@ pub struct BackendArgs {
     /// peer side for the client that connects.
     #[arg(long, value_name = "PORT")]
     pub serve: Option<u16>,
+    /// The GID index QPs use on `--device` (perftest's `-x`; `perf-runner
+    /// devices` lists the table). Default: the GID of the address that
+    /// reaches `--peer`, else the first IPv4 RoCE v2 GID.
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
+}
+
+/// The device of a verbs run and how to choose its GID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsDevice {
+    /// `--device`.
+    pub name: String,
+    /// `--gid-index`.
+    pub gid_index: Option<u32>,
 }
 
 /// What a verbs run does.
@@ -89,10 +105,12 @@ pub enum LiveMode {
 impl BackendArgs {
     /// The device and mode of a verbs run; `None` for the simulator.
     /// Flags that only mean something on the other backend are errors.
-    pub fn live(&self) -> anyhow::Result<Option<(String, LiveMode)>> {
+    pub fn live(&self) -> anyhow::Result<Option<(VerbsDevice, LiveMode)>> {
         if self.backend == Backend::Sim {
-            if self.device.is_some() || self.peer.is_some() || self.serve.is_some() {
-                anyhow::bail!("--device, --peer and --serve need --backend verbs (the simulator has one NIC per host)");
+            if self.device.is_some() || self.peer.is_some() || self.serve.is_some() || self.gid_index.is_some() {
+                anyhow::bail!(
+                    "--device, --peer, --serve and --gid-index need --backend verbs (the simulator has one NIC per host)"
+                );
             }
             return Ok(None);
         }
@@ -106,7 +124,7 @@ impl BackendArgs {
             (None, Some(port)) => LiveMode::Serve(port),
             (None, None) => LiveMode::Loopback,
         };
-        Ok(Some((device, mode)))
+        Ok(Some((VerbsDevice { name: device, gid_index: self.gid_index }, mode)))
     }
 }
 
@@ -252,7 +270,12 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
     opts: &RunOptions,
 ) -> anyhow::Result<Report> {
     let nic = Shared::new(nic);
-    let mut dp = run_cmd::dataplane(sc, policy, nic.clone())?;
+    // Queue depths the device can hold for this many QPs (max_cqe,
+    // mlx5's send-queue blocks), at most the simulator's.
+    let qps: usize = sc.tenants.iter().map(|t| t.qps as usize).sum();
+    let mut cfg = DataplaneConfig::for_qps(qps);
+    (cfg.sq_depth, cfg.rq_depth) = fit_queue_depths(&nic.device_info(), qps, cfg.sq_depth, cfg.rq_depth);
+    let mut dp = Dataplane::new(nic.clone(), run_cmd::load_policy(policy)?, cfg)?;
     let end = (sc.duration_ms * 1e6) as u64;
     // Per tenant: what the dataplane holds and its targets; local peers' apps.
     let mut setups = Vec::new();
@@ -383,26 +406,32 @@ pub fn serve<P: Rnic>(sc: &Scenario, nic: P, listener: &TcpListener) -> anyhow::
 pub fn run_verbs(
     sc: &Scenario,
     policy: &str,
-    device: &str,
+    device: &VerbsDevice,
     mode: &LiveMode,
     opts: &RunOptions,
 ) -> anyhow::Result<Option<Report>> {
-    let open = || open_verbs(device).with_context(|| format!("--backend verbs --device {device}"));
+    let name = &device.name;
+    let open = |prefer_addr| {
+        open_verbs_with(name, &GidChoice { index: device.gid_index, prefer_addr })
+            .with_context(|| format!("--backend verbs --device {name}"))
+    };
     match mode {
         LiveMode::Loopback => {
-            let nic = open()?;
+            let nic = open(None)?;
             // A second context of the same device for the peers.
-            let peers = Shared::new(open()?);
+            let peers = Shared::new(open(None)?);
             run_live(sc, policy, nic, Peers::Local(peers), opts).map(Some)
         }
         LiveMode::Client(addr) => {
-            let nic = open()?;
+            // Connect first: the socket's local address names the
+            // interface that reaches the peer, whose GID the QPs then use.
             let conn = OobConn::connect(addr.as_str(), OOB_TIMEOUT)
                 .with_context(|| format!("--peer {addr}: connecting to the serving host"))?;
+            let nic = open(conn.local_addr().ok().map(|a| a.ip()))?;
             run_live::<_, Shared<Box<dyn Rnic>>>(sc, policy, nic, Peers::Remote(conn), opts).map(Some)
         }
         LiveMode::Serve(port) => {
-            let nic = open()?;
+            let nic = open(None)?;
             let listener =
                 TcpListener::bind(("0.0.0.0", *port)).with_context(|| format!("--serve {port}: listening"))?;
             serve(sc, nic, &listener)?;
@@ -463,17 +492,24 @@ mod tests {
             device: Some("rxe0".into()),
             peer: peer.map(String::from),
             serve,
+            gid_index: None,
         };
-        assert_eq!(dev(None, None).live().expect("ok"), Some(("rxe0".into(), LiveMode::Loopback)));
-        assert_eq!(dev(Some("h:1"), None).live().expect("ok"), Some(("rxe0".into(), LiveMode::Client("h:1".into()))));
-        assert_eq!(dev(None, Some(7)).live().expect("ok"), Some(("rxe0".into(), LiveMode::Serve(7))));
+        let rxe0 = VerbsDevice { name: "rxe0".into(), gid_index: None };
+        assert_eq!(dev(None, None).live().expect("ok"), Some((rxe0.clone(), LiveMode::Loopback)));
+        assert_eq!(dev(Some("h:1"), None).live().expect("ok"), Some((rxe0.clone(), LiveMode::Client("h:1".into()))));
+        assert_eq!(dev(None, Some(7)).live().expect("ok"), Some((rxe0, LiveMode::Serve(7))));
+        let gid3 = BackendArgs { gid_index: Some(3), ..dev(None, None) }.live().expect("ok");
+        assert_eq!(gid3.map(|(d, _)| d.gid_index), Some(Some(3)));
+        let e = BackendArgs { gid_index: Some(3), ..BackendArgs::default() }.live().expect_err("sim + gid index");
+        assert!(e.to_string().contains("--gid-index"), "{e}");
     }
 
     #[test]
     fn a_missing_device_fails_clearly() {
         let sc = Scenario::parse(SCENARIO).expect("scenario");
-        let e = run_verbs(&sc, "perf", "perf-rs-no-such-device", &LiveMode::Loopback, &RunOptions::default())
-            .expect_err("no such device");
+        let device = VerbsDevice { name: "perf-rs-no-such-device".into(), gid_index: None };
+        let e =
+            run_verbs(&sc, "perf", &device, &LiveMode::Loopback, &RunOptions::default()).expect_err("no such device");
         let text = format!("{e:#}");
         assert!(
             text.contains("--device perf-rs-no-such-device") && text.contains("\"perf-rs-no-such-device\""),

@@ -4,6 +4,7 @@ mod calibrate_cmd;
 mod compare_cmd;
 mod ctl;
 mod devices_cmd;
+mod doctor_cmd;
 mod driver;
 mod isolation;
 mod live;
@@ -38,6 +39,10 @@ enum Command {
     /// GIDs, and which isolation mechanisms run in the NIC and which are
     /// host-gated; says so plainly (and exits 0) when there is none.
     Devices(devices_cmd::Args),
+    /// Checks what a run on a real RDMA device would hit here (memlock,
+    /// max_cqe, send-queue slots, GID, MTU) and says how to fix it; exits
+    /// 1 when a run would fail.
+    Doctor(doctor_cmd::Args),
     /// Runs a scenario through the dataplane under a policy and prints
     /// per-tenant results: on the simulated NIC (default), or on a real
     /// RDMA device with `--backend verbs --device NAME [--peer HOST:PORT]`.
@@ -121,6 +126,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Calibrate(a) => calibrate_cmd::run(a),
         Command::Devices(a) => devices_cmd::run(a),
+        Command::Doctor(a) => doctor_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),
         Command::Compare(a) => compare_cmd::run(a),
         Command::Matrix(a) => isolation::matrix::run(a),

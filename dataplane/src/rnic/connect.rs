@@ -10,7 +10,8 @@ pub const DEFAULT_RNR_RETRY: u8 = 7;
 
 /// The endpoint data of a local QP, to hand to the peer.
 pub fn endpoint(nic: &dyn Rnic, qp_num: u32) -> QpEndpoint {
-    QpEndpoint { gid: nic.port_info().gid, qp_num, psn: 0 }
+    let port = nic.port_info();
+    QpEndpoint { gid: port.gid, qp_num, psn: 0, mtu: port.mtu, max_rd_atomic: nic.device_info().caps.max_rd_atomic }
 }
 
 /// Moves `qp` from RESET to RTS, connected to `remote`.

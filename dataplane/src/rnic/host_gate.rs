@@ -50,7 +50,26 @@
 //! earlier post, or a send queue full of unsignaled WQEs), it posts a
 //! zero-length RDMA WRITE as a completion marker, which needs the peer QP
 //! to grant remote write access. The CQEs of added signals and markers are
-//! hidden from the application.
+//! hidden from the application; a marker's error (the peer refused it) is
+//! reported on the QP's next flushed completion instead of `WR_FLUSH_ERR`.
+//!
+//! # ERR
+//! When a QP fails (an error CQE, a move to ERR, a refused post of gated
+//! work, a CQ overrun), held WQEs complete with flush errors in order,
+//! after the device's own. The device says nothing about unsignaled WQEs
+//! that completed before the error, so the gate drains the send queue as
+//! the kernel's `ib_drain_sq` does: with the device QP in ERR it posts one
+//! signaled zero-length WRITE, whose flush CQE retires every earlier WQE.
+//! The backend asks for [`crate::rnic::sizing::MARKER_SLOTS`] slots beyond
+//! the application's depth, so that the drain marker always has one.
+//!
+//! # Cost
+//! The gate runs on every `post_send` and `poll_cq` of the backend, so its
+//! per-call work is bounded by what changed: finding the WQE a device CQE
+//! names is O(1) (the ledger's sequence numbers are contiguous), and the
+//! set of CQs to reap ([`HostGate::cqs_to_watch`]) is kept incrementally,
+//! per QP that changed. `cargo bench -p perf-benches --bench gate` measures
+//! the gate's time per WQE.
 //!
 //! The module is backend-independent (generic over the owned work `W` the
 //! backend posts) and is unit-tested without a device.
@@ -215,10 +234,9 @@ enum Entry {
         opcode: WcOpcode,
         len: u32,
         report_ok: bool,
-        hw_signaled: bool,
+        /// Posted with (or later given) `IBV_SEND_SIGNALED`.
+        signaled: bool,
         marker: bool,
-        round: u64,
-        action: usize,
     },
     Sw {
         wr_id: u64,
@@ -228,14 +246,35 @@ enum Entry {
     },
 }
 
+/// Marks an unsignaled tail entry that cannot be signaled any more (its
+/// post is not among this round's actions): a marker must follow it.
+const PAST_ROUND: u64 = u64::MAX;
+
 struct GQp<W> {
     cfg: GateQpConfig,
     state: QpState,
     queue: VecDeque<GateWr<W>>,
     ledger: VecDeque<Entry>,
+    /// Hardware entries in the ledger (markers included).
     hw_outstanding: u32,
+    /// Software entries in the ledger.
+    sw_in_ledger: u32,
     user_outstanding: u32,
     next_seq: u64,
+    /// The ledger's hardware entries have exactly the sequence numbers
+    /// `hw_lo..hw_hi` (mod 2^SEQ_BITS): they are allocated in order and
+    /// leave from the front (or, for a refused post, from the back).
+    hw_lo: u64,
+    hw_hi: u64,
+    /// The last hardware entry of the ledger is unsignaled: the round and
+    /// action index of its post ([`PAST_ROUND`] once it cannot be flipped).
+    tail_unsig: Option<(u64, usize)>,
+    /// The drain marker posted when the QP entered ERR, while outstanding.
+    drain: Option<u64>,
+    /// The error of a failed completion marker, reported on the QP's next
+    /// flushed completion instead of `WR_FLUSH_ERR`, so that the
+    /// application sees why its work was flushed.
+    cause: Option<WcStatus>,
     executed: u64,
     enabled_upto: u64,
     halted: bool,
@@ -243,6 +282,10 @@ struct GQp<W> {
     touched_round: Option<u64>,
     waiting: Option<CqHandle>,
     dirty: bool,
+    /// The CQs this QP asks the backend to reap (its send CQ, the CQ its
+    /// WAIT is blocked on), as last counted in the gate's watch set.
+    watched: [Option<u32>; 2],
+    watch_queued: bool,
     recv: VecDeque<(u64, u64)>,
     next_recv_seq: u64,
 }
@@ -255,8 +298,14 @@ impl<W> GQp<W> {
             queue: VecDeque::new(),
             ledger: VecDeque::new(),
             hw_outstanding: 0,
+            sw_in_ledger: 0,
             user_outstanding: 0,
             next_seq: 0,
+            hw_lo: 0,
+            hw_hi: 0,
+            tail_unsig: None,
+            drain: None,
+            cause: None,
             executed: 0,
             enabled_upto: 0,
             halted: false,
@@ -264,6 +313,8 @@ impl<W> GQp<W> {
             touched_round: None,
             waiting: None,
             dirty: false,
+            watched: [None; 2],
+            watch_queued: false,
             recv: VecDeque::new(),
             next_recv_seq: 0,
         }
@@ -275,18 +326,54 @@ impl<W> GQp<W> {
         s
     }
 
-    /// Most WQEs data may occupy on the device: one slot stays free for a marker.
+    /// Most WQEs data and completion markers may occupy on the device:
+    /// the drain marker's slot stays free, and data leaves one more for a
+    /// completion marker (see [`crate::rnic::sizing::MARKER_SLOTS`]).
     fn data_limit(&self) -> u32 {
-        self.cfg.hw_send_depth.saturating_sub(1).max(1)
+        self.cfg.hw_send_depth.saturating_sub(2).max(1)
     }
 
-    /// The last hardware entry of the ledger is unsignaled, so nothing
-    /// would tell the gate that it completed.
-    fn tail_unsignaled(&self) -> Option<(u64, usize)> {
-        self.ledger.iter().rev().find_map(|e| match e {
-            Entry::Hw { hw_signaled, round, action, .. } => Some((!hw_signaled).then_some((*round, *action))),
-            Entry::Sw { .. } => None,
-        })?
+    /// Whether send WQE `seq` is still in the ledger (O(1)).
+    fn has_hw_seq(&self, seq: u64) -> bool {
+        let span = self.hw_hi.wrapping_sub(self.hw_lo) & SEQ_MASK;
+        (seq.wrapping_sub(self.hw_lo) & SEQ_MASK) < span
+    }
+
+    fn push_hw(&mut self, seq: u64, entry: Entry, unsignaled_at: Option<(u64, usize)>) {
+        self.ledger.push_back(entry);
+        self.hw_outstanding += 1;
+        self.hw_hi = (seq + 1) & SEQ_MASK;
+        self.tail_unsig = unsignaled_at;
+    }
+
+    fn push_sw(&mut self, wr_id: u64, opcode: WcOpcode, status: WcStatus, report: bool) {
+        self.ledger.push_back(Entry::Sw { wr_id, opcode, status, report });
+        self.sw_in_ledger += 1;
+    }
+
+    fn pop_front(&mut self) -> Option<Entry> {
+        let e = self.ledger.pop_front()?;
+        match &e {
+            Entry::Hw { seq, .. } => {
+                self.hw_outstanding = self.hw_outstanding.saturating_sub(1);
+                self.hw_lo = (seq + 1) & SEQ_MASK;
+                if self.hw_lo == self.hw_hi {
+                    self.tail_unsig = None;
+                }
+            }
+            Entry::Sw { .. } => self.sw_in_ledger = self.sw_in_ledger.saturating_sub(1),
+        }
+        Some(e)
+    }
+
+    /// The CQs this QP needs reaped: its send CQ while held or
+    /// software-completed WQEs wait for device completions (and always for
+    /// a cross-channel QP with work in the device), and the CQ a WAIT at
+    /// its head is blocked on.
+    fn watch_now(&self) -> [Option<u32>; 2] {
+        let pending = self.hw_outstanding > 0
+            && (self.cfg.cross_channel || self.sw_in_ledger > 0 || !self.queue.is_empty() || self.drain.is_some());
+        [pending.then_some(self.cfg.send_cq.0), self.waiting.map(|c| c.0)]
     }
 
     fn reset(&mut self) {
@@ -294,7 +381,13 @@ impl<W> GQp<W> {
         self.ledger.clear();
         self.recv.clear();
         self.hw_outstanding = 0;
+        self.sw_in_ledger = 0;
         self.user_outstanding = 0;
+        self.hw_lo = self.next_seq;
+        self.hw_hi = self.next_seq;
+        self.tail_unsig = None;
+        self.drain = None;
+        self.cause = None;
         self.executed = 0;
         self.enabled_upto = 0;
         self.halted = false;
@@ -311,6 +404,8 @@ struct GCq {
     entries: VecDeque<Wc>,
     overrun: bool,
     waiters: Vec<u32>,
+    /// QPs that use this CQ as send or receive CQ (for an overrun).
+    users: Vec<u32>,
 }
 
 /// The host gate of one device context. See the module documentation.
@@ -320,6 +415,12 @@ pub struct HostGate<W> {
     dirty: VecDeque<u32>,
     actions: Vec<GateAction<W>>,
     touched: Vec<u32>,
+    /// Per CQ index: how many QPs want it reaped.
+    watch_refs: Vec<u32>,
+    /// The CQs with a non-zero count, in the order they were first wanted.
+    watch_list: Vec<CqHandle>,
+    /// QPs whose contribution to the watch set may have changed.
+    watch_dirty: Vec<u32>,
     round: u64,
     now: u64,
     counters: GateCounters,
@@ -340,6 +441,9 @@ impl<W> HostGate<W> {
             dirty: VecDeque::new(),
             actions: Vec::new(),
             touched: Vec::new(),
+            watch_refs: Vec::new(),
+            watch_list: Vec::new(),
+            watch_dirty: Vec::new(),
             round: 0,
             now: 0,
             counters: GateCounters::default(),
@@ -371,6 +475,7 @@ impl<W> HostGate<W> {
             entries: VecDeque::new(),
             overrun: false,
             waiters: Vec::new(),
+            users: Vec::new(),
         });
     }
 
@@ -401,14 +506,28 @@ impl<W> HostGate<W> {
         if self.qps.len() <= i {
             self.qps.resize_with(i + 1, || None);
         }
+        self.remove_qp(qp);
+        for cq in [cfg.send_cq, cfg.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0 as usize).and_then(Option::as_mut) {
+                if !c.users.contains(&qp.0) {
+                    c.users.push(qp.0);
+                }
+            }
+        }
         self.qps[i] = Some(GQp::new(cfg));
         Ok(())
     }
 
     /// Forgets a QP and everything it holds.
     pub fn remove_qp(&mut self, qp: QpHandle) {
-        if let Some(slot) = self.qps.get_mut(qp.0 as usize) {
-            *slot = None;
+        let Some(q) = self.qps.get_mut(qp.0 as usize).and_then(Option::take) else { return };
+        for c in q.watched.into_iter().flatten() {
+            self.unwatch(c);
+        }
+        for cq in [q.cfg.send_cq, q.cfg.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0 as usize).and_then(Option::as_mut) {
+                c.users.retain(|&u| u != qp.0);
+            }
         }
     }
 
@@ -434,12 +553,16 @@ impl<W> HostGate<W> {
 
     /// Records a QP state change the backend made on the device. ERR flushes
     /// what the gate holds (with `WR_FLUSH_ERR` CQEs, after the device's own
-    /// flushes of earlier WQEs); RESET drops everything.
+    /// flushes of earlier WQEs, which a drain marker retires: see
+    /// [`HostGate::on_send_completion`]); RESET drops everything.
     pub fn set_state(&mut self, qp: QpHandle, state: QpState, now: u64) {
         self.now = now;
         let Some(q) = self.qm(qp.0) else { return };
         match state {
-            QpState::Reset => q.reset(),
+            QpState::Reset => {
+                q.reset();
+                self.touch_watch(qp.0);
+            }
             QpState::Err => self.enter_error(qp.0, false),
             QpState::Rts => {
                 q.state = state;
@@ -485,12 +608,7 @@ impl<W> HostGate<W> {
         let Some(q) = self.qm(qp.0) else { return Err(RnicError::InvalidHandle { kind: "qp", id: qp.0 }) };
         q.user_outstanding += 1;
         if q.state == QpState::Err {
-            q.ledger.push_back(Entry::Sw {
-                wr_id: wr.wr_id,
-                opcode: wr.opcode,
-                status: WcStatus::WrFlushErr,
-                report: true,
-            });
+            q.push_sw(wr.wr_id, wr.opcode, WcStatus::WrFlushErr, true);
             self.drain_front(qp.0);
         } else {
             q.queue.push_back(wr);
@@ -519,7 +637,7 @@ impl<W> HostGate<W> {
             if !q.cfg.cross_channel {
                 continue;
             }
-            if let Some((round, action)) = q.tail_unsignaled() {
+            if let Some((round, action)) = q.tail_unsig {
                 if round == self.round {
                     self.flip(qi, action);
                 }
@@ -536,26 +654,58 @@ impl<W> HostGate<W> {
 
     /// CQs the backend should reap from the device before it next runs
     /// the gate: the CQs WAITs are blocked on, and the send CQs of QPs whose
-    /// held or software-completed WQEs wait for device completions.
-    pub fn cqs_to_watch(&self) -> Vec<CqHandle> {
-        let mut v: Vec<CqHandle> = Vec::new();
-        for (i, c) in self.cqs.iter().enumerate() {
-            if c.as_ref().is_some_and(|c| !c.waiters.is_empty()) {
-                v.push(CqHandle(i as u32));
+    /// held or software-completed WQEs wait for device completions. Kept
+    /// incrementally: the cost is the number of QPs that changed since the
+    /// last call, not the number of QPs or the depth of their queues.
+    pub fn cqs_to_watch(&mut self) -> &[CqHandle] {
+        while let Some(qi) = self.watch_dirty.pop() {
+            let Some(q) = self.qm(qi) else { continue };
+            q.watch_queued = false;
+            let new = q.watch_now();
+            let old = std::mem::replace(&mut q.watched, new);
+            if old != new {
+                for c in old.into_iter().flatten() {
+                    self.unwatch(c);
+                }
+                for c in new.into_iter().flatten() {
+                    self.watch(c);
+                }
             }
         }
-        for q in self.qps.iter().flatten() {
-            let pending_sw = q.ledger.iter().any(|e| matches!(e, Entry::Sw { .. }));
-            if q.hw_outstanding > 0 && (q.cfg.cross_channel || pending_sw || !q.queue.is_empty()) {
-                v.push(q.cfg.send_cq);
+        &self.watch_list
+    }
+
+    fn watch(&mut self, cq: u32) {
+        let i = cq as usize;
+        if self.watch_refs.len() <= i {
+            self.watch_refs.resize(i + 1, 0);
+        }
+        self.watch_refs[i] += 1;
+        if self.watch_refs[i] == 1 {
+            self.watch_list.push(CqHandle(cq));
+        }
+    }
+
+    fn unwatch(&mut self, cq: u32) {
+        let Some(r) = self.watch_refs.get_mut(cq as usize) else { return };
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.watch_list.retain(|c| c.0 != cq);
+        }
+    }
+
+    /// Queues the QP for a recount of what it wants watched.
+    fn touch_watch(&mut self, qi: u32) {
+        if let Some(q) = self.qm(qi) {
+            if !q.watch_queued {
+                q.watch_queued = true;
+                self.watch_dirty.push(qi);
             }
         }
-        v.sort_unstable();
-        v.dedup();
-        v
     }
 
     fn mark_dirty(&mut self, qi: u32) {
+        self.touch_watch(qi);
         if let Some(q) = self.qm(qi) {
             if !q.dirty {
                 q.dirty = true;
@@ -580,6 +730,7 @@ impl<W> HostGate<W> {
             Block(CqHandle, bool),
             Exec,
         }
+        self.touch_watch(qi);
         loop {
             let Some(q) = self.q(qi) else { return };
             if q.state != QpState::Rts || q.halted {
@@ -605,7 +756,7 @@ impl<W> HostGate<W> {
                     }
                 }
                 Some(GateWr { op: GateOp::Hw(_), .. }) if q.hw_outstanding >= q.data_limit() => {
-                    Next::Fence(q.tail_unsignaled().is_some())
+                    Next::Fence(q.tail_unsig.is_some())
                 }
                 Some(_) => Next::Exec,
             };
@@ -667,18 +818,8 @@ impl<W> HostGate<W> {
             self.touched.push(qi);
         }
         let Some(q) = self.qm(qi) else { return };
-        q.ledger.push_back(Entry::Hw {
-            seq,
-            wr_id,
-            opcode,
-            len,
-            report_ok,
-            hw_signaled: report_ok,
-            marker: false,
-            round,
-            action,
-        });
-        q.hw_outstanding += 1;
+        let entry = Entry::Hw { seq, wr_id, opcode, len, report_ok, signaled: report_ok, marker: false };
+        q.push_hw(seq, entry, (!report_ok).then_some((round, action)));
         let hw_wr_id = HwWrId { recv: false, qp: qi, seq }.encode();
         self.actions.push(GateAction::Post(HwPost {
             qp: QpHandle(qi),
@@ -702,7 +843,7 @@ impl<W> HostGate<W> {
             self.fence(qi);
         }
         if let Some(q) = self.qm(qi) {
-            q.ledger.push_back(Entry::Sw { wr_id, opcode, status, report });
+            q.push_sw(wr_id, opcode, status, report);
         }
         self.drain_front(qi);
     }
@@ -710,37 +851,44 @@ impl<W> HostGate<W> {
     /// Makes sure a device completion will follow the last hardware entry
     /// of the ledger: signal it if it is still in this round's actions,
     /// else post a marker (or remember to, once the device has room).
-    fn fence(&mut self, qi: u32) {
-        let Some(q) = self.q(qi) else { return };
-        let Some((round, action)) = q.tail_unsignaled() else { return };
+    /// Returns `false` only when a marker was needed and the device has no
+    /// room for it now.
+    fn fence(&mut self, qi: u32) -> bool {
+        let Some(q) = self.q(qi) else { return true };
+        let Some((round, action)) = q.tail_unsig else { return true };
         let device_full = q.hw_outstanding >= q.cfg.hw_send_depth;
         if round == self.round && self.flip(qi, action) {
-            return;
+            return true;
         }
         if device_full {
             if let Some(q) = self.qm(qi) {
                 q.fence_wanted = true;
             }
-            return;
+            return false;
         }
-        let (round, action) = (self.round, self.actions.len());
-        let Some(q) = self.qm(qi) else { return };
+        self.post_marker(qi);
+        true
+    }
+
+    /// Posts a signaled zero-length WRITE on the QP; returns its sequence.
+    fn post_marker(&mut self, qi: u32) -> Option<u64> {
+        let q = self.qm(qi)?;
         let seq = q.alloc_seq();
-        q.ledger.push_back(Entry::Hw {
+        let entry = Entry::Hw {
             seq,
             wr_id: 0,
             opcode: WcOpcode::Write,
             len: 0,
             report_ok: false,
-            hw_signaled: true,
+            signaled: true,
             marker: true,
-            round,
-            action,
-        });
-        q.hw_outstanding += 1;
+        };
+        q.push_hw(seq, entry, None);
         let wr_id = HwWrId { recv: false, qp: qi, seq }.encode();
         self.actions.push(GateAction::Post(HwPost { qp: QpHandle(qi), wr_id, signaled: true, work: HwWork::Marker }));
         self.counters.markers += 1;
+        self.touch_watch(qi);
+        Some(seq)
     }
 
     /// Sets `IBV_SEND_SIGNALED` on this round's action `action`, the last
@@ -750,29 +898,45 @@ impl<W> HostGate<W> {
         p.signaled = true;
         self.counters.signals_added += 1;
         if let Some(q) = self.qm(qi) {
-            if let Some(Entry::Hw { hw_signaled, .. }) =
-                q.ledger.iter_mut().rev().find(|e| matches!(e, Entry::Hw { .. }))
+            q.tail_unsig = None;
+            // The entry is the last hardware one; only unreported software
+            // entries (unsignaled WAIT / NOP) can follow it.
+            if let Some(Entry::Hw { signaled, .. }) = q.ledger.iter_mut().rev().find(|e| matches!(e, Entry::Hw { .. }))
             {
-                *hw_signaled = true;
+                *signaled = true;
             }
         }
         true
     }
 
+    /// Delivers a send-queue CQE of QP `qi`: a flush error becomes the
+    /// QP's recorded cause, once, if a completion marker failed before.
+    fn push_send_cqe(&mut self, qi: u32, mut wc: Wc) {
+        let Some(q) = self.qm(qi) else { return };
+        if wc.status == WcStatus::WrFlushErr {
+            if let Some(cause) = q.cause.take() {
+                wc.status = cause;
+            }
+        }
+        let cq = q.cfg.send_cq;
+        self.push_cqe(cq, wc);
+    }
+
     /// Delivers the software entries at the front of the ledger.
     fn drain_front(&mut self, qi: u32) {
+        self.touch_watch(qi);
         loop {
             let now = self.now;
             let Some(q) = self.qm(qi) else { return };
             if !matches!(q.ledger.front(), Some(Entry::Sw { .. })) {
                 return;
             }
-            let Some(Entry::Sw { wr_id, opcode, status, report }) = q.ledger.pop_front() else { return };
+            let Some(Entry::Sw { wr_id, opcode, status, report }) = q.pop_front() else { return };
             q.user_outstanding = q.user_outstanding.saturating_sub(1);
-            let (cq, qp_num, state) = (q.cfg.send_cq, q.cfg.qp_num, q.state);
+            let (qp_num, state) = (q.cfg.qp_num, q.state);
             if report {
                 let wc = Wc { wr_id, status, opcode, byte_len: 0, imm: None, qp_num, timestamp_ns: now };
-                self.push_cqe(cq, wc);
+                self.push_send_cqe(qi, wc);
             }
             if !status.is_ok() && status != WcStatus::WrFlushErr && state != QpState::Err {
                 self.enter_error(qi, true);
@@ -781,8 +945,14 @@ impl<W> HostGate<W> {
     }
 
     /// Moves the QP to ERR in the gate: software entries still in the
-    /// ledger and everything held are flushed, in order.
+    /// ledger and everything held are flushed, in order. WQEs still in the
+    /// device end with a drain marker (the `ib_drain_sq` pattern): one
+    /// signaled zero-length WRITE posted after the device QP is in ERR,
+    /// whose flush completion comes after every earlier WQE of the QP has
+    /// completed or been flushed, including unsignaled WQEs that completed
+    /// silently before the error and will never produce a CQE.
     fn enter_error(&mut self, qi: u32, move_device: bool) {
+        self.touch_watch(qi);
         let Some(q) = self.qm(qi) else { return };
         if q.state == QpState::Err {
             return;
@@ -799,17 +969,61 @@ impl<W> HostGate<W> {
         }
         let held: Vec<GateWr<W>> = q.queue.drain(..).collect();
         for wr in held {
-            q.ledger.push_back(Entry::Sw {
-                wr_id: wr.wr_id,
-                opcode: wr.opcode,
-                status: WcStatus::WrFlushErr,
-                report: true,
-            });
+            q.push_sw(wr.wr_id, wr.opcode, WcStatus::WrFlushErr, true);
         }
+        let in_device = q.hw_outstanding > 0;
+        let room = q.hw_outstanding < q.cfg.hw_send_depth;
         if move_device {
             self.actions.push(GateAction::MoveToError(QpHandle(qi)));
         }
+        if in_device {
+            if room {
+                let seq = self.post_marker(qi);
+                if let Some(q) = self.qm(qi) {
+                    q.drain = seq;
+                }
+            } else {
+                // No slot for the drain marker: nothing more can be learnt
+                // from the device about this QP.
+                self.retire_all(qi);
+            }
+        }
         self.drain_front(qi);
+    }
+
+    /// Retires every entry of the ledger in software (the QP is in ERR and
+    /// the device cannot say more): what the application asked to hear
+    /// about completes with a flush error. Late device CQEs of the retired
+    /// sequence numbers are then ignored.
+    fn retire_all(&mut self, qi: u32) {
+        let now = self.now;
+        while let Some(q) = self.qm(qi) {
+            let qp_num = q.cfg.qp_num;
+            let wc = match q.pop_front() {
+                None => break,
+                Some(Entry::Hw { marker: true, .. }) => continue,
+                Some(Entry::Hw { wr_id, opcode, report_ok, .. }) => {
+                    q.user_outstanding = q.user_outstanding.saturating_sub(1);
+                    if !report_ok {
+                        continue;
+                    }
+                    Wc::flushed(wr_id, opcode, qp_num, now)
+                }
+                Some(Entry::Sw { wr_id, opcode, status, report }) => {
+                    q.user_outstanding = q.user_outstanding.saturating_sub(1);
+                    if !report {
+                        continue;
+                    }
+                    Wc { status, ..Wc::flushed(wr_id, opcode, qp_num, now) }
+                }
+            };
+            self.push_send_cqe(qi, wc);
+        }
+        if let Some(q) = self.qm(qi) {
+            q.drain = None;
+            q.hw_lo = q.hw_hi;
+        }
+        self.touch_watch(qi);
     }
 
     fn push_cqe(&mut self, cq: CqHandle, wc: Wc) {
@@ -823,14 +1037,7 @@ impl<W> HostGate<W> {
                 c.entries.pop_front();
             } else {
                 c.overrun = true;
-                let users: Vec<u32> = self
-                    .qps
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, q)| {
-                        q.as_ref().filter(|q| q.cfg.send_cq == cq || q.cfg.recv_cq == cq).map(|_| i as u32)
-                    })
-                    .collect();
+                let users = c.users.clone();
                 for qi in users {
                     self.enter_error(qi, true);
                 }
@@ -846,13 +1053,21 @@ impl<W> HostGate<W> {
 
     /// A device completion of send WQE `seq` of `qp` (the CQE's status).
     /// Earlier WQEs of the QP are complete too (RC order); the gate delivers
-    /// the CQEs the application asked for, hides its own, and runs.
+    /// the CQEs the application asked for, hides its own, and runs. The
+    /// completion of the drain marker of a QP in ERR retires everything
+    /// before it: a signaled WQE that got no CQE of its own completes with
+    /// a flush error, an unsignaled one silently. Finding `seq` is O(1);
+    /// the work is proportional to the entries it retires.
     pub fn on_send_completion(&mut self, qp: QpHandle, seq: u64, status: WcStatus, now: u64) {
         self.now = now;
         let qi = qp.0;
-        let Some(q) = self.q(qi) else { return };
-        if !q.ledger.iter().any(|e| matches!(e, Entry::Hw { seq: s, .. } if *s == seq)) {
+        let Some(q) = self.qm(qi) else { return };
+        if !q.has_hw_seq(seq) {
             return;
+        }
+        let drain = q.drain == Some(seq);
+        if drain {
+            q.drain = None;
         }
         loop {
             let Some(q) = self.qm(qi) else { return };
@@ -861,24 +1076,34 @@ impl<W> HostGate<W> {
                     self.drain_front(qi);
                     continue;
                 }
-                None => return,
+                None => break,
                 Some(Entry::Hw { .. }) => {}
             }
-            let Some(Entry::Hw { seq: s, wr_id, opcode, len, report_ok, marker, .. }) = q.ledger.pop_front() else {
-                return;
+            let Some(Entry::Hw { seq: s, wr_id, opcode, len, report_ok, marker, .. }) = q.pop_front() else {
+                break;
             };
-            q.hw_outstanding = q.hw_outstanding.saturating_sub(1);
             if !marker {
                 q.user_outstanding = q.user_outstanding.saturating_sub(1);
             }
+            let qp_num = q.cfg.qp_num;
             if s != seq {
+                if drain && report_ok && !marker {
+                    self.push_send_cqe(qi, Wc::flushed(wr_id, opcode, qp_num, now));
+                }
                 continue; // completed before `seq`, unsignaled: no CQE
             }
-            let (cq, qp_num) = (q.cfg.send_cq, q.cfg.qp_num);
             if marker {
                 self.counters.hidden_cqes += 1;
+                if !status.is_ok() && status != WcStatus::WrFlushErr {
+                    // A completion marker failed (e.g. the peer refused the
+                    // zero-length WRITE): the flushes that follow say why.
+                    if let Some(q) = self.qm(qi) {
+                        q.cause = Some(status);
+                    }
+                }
             } else if report_ok || !status.is_ok() {
-                self.push_cqe(cq, Wc { wr_id, status, opcode, byte_len: len, imm: None, qp_num, timestamp_ns: now });
+                let wc = Wc { wr_id, status, opcode, byte_len: len, imm: None, qp_num, timestamp_ns: now };
+                self.push_send_cqe(qi, wc);
             } else {
                 self.counters.hidden_cqes += 1;
             }
@@ -896,38 +1121,60 @@ impl<W> HostGate<W> {
     /// The device refused the post of send WQE `seq` of `qp` (and so every
     /// later one of the same doorbell, which the backend must not post).
     /// The first refused application WQE completes with `LOC_QP_OP_ERR`
-    /// after the WQEs before it, and the QP then fails.
+    /// after the WQEs before it (a completion marker follows them if the
+    /// last is unsignaled), and the QP then fails. A refused drain marker
+    /// retires the QP's work in software.
     pub fn on_post_failed(&mut self, qp: QpHandle, seq: u64, now: u64) {
         self.now = now;
         let qi = qp.0;
+        self.touch_watch(qi);
         let Some(q) = self.qm(qi) else { return };
+        if !q.has_hw_seq(seq) {
+            return;
+        }
+        if q.state == QpState::Err {
+            self.retire_all(qi);
+            self.drain_front(qi);
+            return;
+        }
         let Some(pos) = q.ledger.iter().position(|e| matches!(e, Entry::Hw { seq: s, .. } if *s == seq)) else {
             return;
         };
         let tail: Vec<Entry> = q.ledger.drain(pos..).collect();
+        // The refused WQEs never reached the device: their sequence
+        // numbers are free again, and the ledger's stay contiguous.
+        q.hw_hi = seq;
+        q.next_seq = seq;
+        q.sw_in_ledger = q.ledger.iter().filter(|e| matches!(e, Entry::Sw { .. })).count() as u32;
+        q.hw_outstanding = q.ledger.len() as u32 - q.sw_in_ledger;
+        // The hardware entry now last was posted in an earlier doorbell:
+        // if unsignaled, only a marker can follow it.
+        let last_unsignaled = q.ledger.iter().rev().find_map(|e| match e {
+            Entry::Hw { signaled, .. } => Some(!signaled),
+            Entry::Sw { .. } => None,
+        });
+        q.tail_unsig = (last_unsignaled == Some(true)).then_some((PAST_ROUND, 0));
         let mut first = true;
         for e in tail {
             let (wr_id, opcode) = match e {
-                Entry::Hw { marker: true, .. } => {
-                    q.hw_outstanding = q.hw_outstanding.saturating_sub(1);
-                    continue;
-                }
-                Entry::Hw { wr_id, opcode, .. } => {
-                    q.hw_outstanding = q.hw_outstanding.saturating_sub(1);
-                    (wr_id, opcode)
-                }
-                Entry::Sw { wr_id, opcode, .. } => (wr_id, opcode),
+                Entry::Hw { marker: true, .. } => continue,
+                Entry::Hw { wr_id, opcode, .. } | Entry::Sw { wr_id, opcode, .. } => (wr_id, opcode),
             };
             let status = if first { WcStatus::LocQpOpErr } else { WcStatus::WrFlushErr };
             first = false;
-            q.ledger.push_back(Entry::Sw { wr_id, opcode, status, report: true });
+            q.push_sw(wr_id, opcode, status, true);
         }
         if first {
             self.enter_error(qi, true);
-        } else {
-            q.halted = true;
-            self.drain_front(qi);
+            return;
         }
+        q.halted = true;
+        if !self.fence(qi) {
+            // No room for the marker that would say when the earlier WQEs
+            // are done: fail the QP now, its drain says it instead.
+            self.enter_error(qi, true);
+        }
+        self.drain_front(qi);
     }
 
     /// Accepts one receive work request; returns the device `wr_id` to post
@@ -1171,7 +1418,7 @@ mod tests {
         g.submit(a, data(2, "after-wait", true)).expect("data");
         g.run(0);
         assert!(posts(&g.take_actions()).is_empty());
-        assert_eq!(g.cqs_to_watch(), vec![watched], "the backend must reap the watched CQ");
+        assert_eq!(g.cqs_to_watch(), &[watched], "the backend must reap the watched CQ");
         // Two completions on the watched CQ, from QP b.
         g.submit(b, data(20, "b0", true)).expect("b0");
         g.submit(b, data(21, "b1", true)).expect("b1");
@@ -1308,7 +1555,11 @@ mod tests {
         // d1 fails remotely (reported although unsignaled); d2 is then flushed by the device.
         g.on_send_completion(qp, 0, WcStatus::RemAccessErr, 1);
         assert_eq!(g.state(qp), Some(QpState::Err));
-        assert!(g.take_actions().is_empty(), "the device already moved the QP to ERR");
+        assert_eq!(
+            g.take_actions().iter().map(|a| matches!(a, GateAction::MoveToError(_))).collect::<Vec<_>>(),
+            vec![false],
+            "the device already moved the QP to ERR; the gate posts only its drain marker"
+        );
         g.on_send_completion(qp, 1, WcStatus::WrFlushErr, 2);
         let got: Vec<(u64, WcStatus)> = poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect();
         assert_eq!(
@@ -1321,15 +1572,157 @@ mod tests {
                 (5, WcStatus::WrFlushErr),
             ]
         );
-        // Posting to a QP in ERR completes with a flush error at once.
+        // Posting to a QP in ERR completes with a flush error, after the
+        // drain marker (seq 2) retired what the device held.
         g.submit(qp, data(6, "late", false)).expect("post in ERR");
         g.run(3);
         assert!(posts(&g.take_actions()).is_empty());
+        assert!(poll_all(&mut g, SCQ).is_empty(), "not before the drain marker");
+        g.on_send_completion(qp, 2, WcStatus::WrFlushErr, 4);
         assert_eq!(
             poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
             vec![(6, WcStatus::WrFlushErr)]
         );
         assert_eq!(g.outstanding(qp), Some(0));
+    }
+
+    /// The drain marker of a QP: the one signaled marker post in `actions`.
+    fn drain_seq(actions: &[GateAction<&'static str>]) -> u64 {
+        let markers: Vec<u64> = posts(actions).into_iter().filter(|p| p.1 == "marker" && p.2).map(|p| p.3).collect();
+        assert_eq!(markers.len(), 1, "exactly one drain marker: {:?}", posts(actions));
+        markers[0]
+    }
+
+    #[test]
+    fn err_drain_retires_unsignaled_work_that_completed_before_the_error() {
+        // u1 and u2 are unsignaled and complete silently in the device (no
+        // CQE ever); an unsignaled NOP sits behind them in the ledger. Then
+        // the QP fails: the NOP's flush, and that of a WQE posted to the QP
+        // in ERR, would wait behind u1 and u2 forever without a drain.
+        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let qp = QpHandle(0);
+        g.submit(qp, data(1, "u1", false)).expect("u1");
+        g.submit(qp, data(2, "u2", false)).expect("u2");
+        g.submit(qp, ctrl(3, GateOp::Nop, false)).expect("nop");
+        g.run(0);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "u1", false, 0), (0, "u2", false, 1)]);
+        assert!(g.cqs_to_watch().contains(&SCQ), "the NOP waits for the device");
+        g.set_state(qp, QpState::Err, 1);
+        let acts = g.take_actions();
+        assert!(!acts.contains(&GateAction::MoveToError(qp)), "the backend moved the device QP itself");
+        let drain = drain_seq(&acts);
+        assert_eq!(drain, 2);
+        g.submit(qp, data(4, "late", true)).expect("a post to a QP in ERR");
+        assert!(poll_all(&mut g, SCQ).is_empty(), "nothing passes the work still in the device");
+        assert!(g.cqs_to_watch().contains(&SCQ), "the backend must reap the drain's CQE");
+        g.on_send_completion(qp, drain, WcStatus::WrFlushErr, 2);
+        let got: Vec<(u64, WcStatus)> = poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(got, vec![(3, WcStatus::WrFlushErr), (4, WcStatus::WrFlushErr)]);
+        assert_eq!(g.outstanding(qp), Some(0), "every accepted WQE is retired");
+        assert!(g.cqs_to_watch().is_empty());
+    }
+
+    #[test]
+    fn err_drain_after_an_error_cqe_with_unsignaled_work_before_it() {
+        // u1 completed silently, s2 fails, u3 (unsignaled, after it) is
+        // flushed without a CQE, a NOP is held behind u3 in software.
+        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let qp = QpHandle(0);
+        for (id, tag, sig) in [(1, "u1", false), (2, "s2", true), (3, "u3", false)] {
+            g.submit(qp, data(id, tag, sig)).expect("post");
+        }
+        g.submit(qp, ctrl(4, GateOp::Nop, true)).expect("nop");
+        g.run(0);
+        let p = posts(&g.take_actions());
+        assert_eq!(p.len(), 3, "u3 is signaled for the NOP's sake: {p:?}");
+        g.on_send_completion(qp, 1, WcStatus::RemAccessErr, 1);
+        let drain = drain_seq(&g.take_actions());
+        // u3's signaled flush comes, then the drain's.
+        g.on_send_completion(qp, 2, WcStatus::WrFlushErr, 2);
+        g.on_send_completion(qp, drain, WcStatus::WrFlushErr, 3);
+        let got: Vec<(u64, WcStatus)> = poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(got, vec![(2, WcStatus::RemAccessErr), (3, WcStatus::WrFlushErr), (4, WcStatus::WrFlushErr)]);
+        assert_eq!(g.outstanding(qp), Some(0));
+    }
+
+    #[test]
+    fn a_signaled_wqe_the_device_never_flushed_completes_with_the_drain() {
+        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let qp = QpHandle(0);
+        g.submit(qp, data(1, "s1", true)).expect("s1");
+        g.submit(qp, data(2, "s2", true)).expect("s2");
+        g.run(0);
+        let _ = g.take_actions();
+        g.set_state(qp, QpState::Err, 1);
+        let drain = drain_seq(&g.take_actions());
+        // A provider that flushed nothing but the drain marker: s1 and s2
+        // still complete exactly once.
+        g.on_send_completion(qp, drain, WcStatus::WrFlushErr, 2);
+        let got: Vec<(u64, WcStatus)> = poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(got, vec![(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]);
+        // A late CQE of a retired WQE changes nothing.
+        g.on_send_completion(qp, 0, WcStatus::WrFlushErr, 3);
+        assert!(poll_all(&mut g, SCQ).is_empty());
+    }
+
+    #[test]
+    fn a_refused_drain_marker_retires_the_qp_in_software() {
+        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let qp = QpHandle(0);
+        g.submit(qp, data(1, "u1", false)).expect("u1");
+        g.submit(qp, data(2, "s2", true)).expect("s2");
+        g.run(0);
+        let _ = g.take_actions();
+        g.set_state(qp, QpState::Err, 1);
+        let drain = drain_seq(&g.take_actions());
+        g.on_post_failed(qp, drain, 2);
+        let got: Vec<(u64, WcStatus)> = poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(got, vec![(2, WcStatus::WrFlushErr)], "u1 unsignaled: no CQE; s2 flushed");
+        assert_eq!(g.outstanding(qp), Some(0));
+        g.submit(qp, data(3, "late", false)).expect("post in ERR");
+        assert_eq!(poll_all(&mut g, SCQ)[0].wr_id, 3, "nothing left to wait for");
+    }
+
+    #[test]
+    fn a_failed_completion_marker_reports_its_cause() {
+        // A signaled NOP after unsignaled data of an earlier post needs a
+        // marker; the peer refuses the zero-length WRITE. The NOP's CQE
+        // says so instead of a bare flush.
+        let mut g = gate_with(&[cfg(1, SCQ)]);
+        let qp = QpHandle(0);
+        g.submit(qp, data(1, "d", false)).expect("d");
+        g.run(0);
+        let _ = g.take_actions();
+        g.submit(qp, ctrl(2, GateOp::Nop, true)).expect("nop");
+        g.run(1);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "marker", true, 1)]);
+        g.on_send_completion(qp, 1, WcStatus::RemAccessErr, 2);
+        let got: Vec<(u64, WcStatus)> = poll_all(&mut g, SCQ).iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(got, vec![(2, WcStatus::RemAccessErr)]);
+        assert_eq!(g.state(qp), Some(QpState::Err));
+    }
+
+    #[test]
+    fn the_watch_set_follows_qps_incrementally() {
+        let (cq_a, cq_b) = (CqHandle(1), CqHandle(2));
+        let mut g = gate_with(&[xcfg(1, cq_a), xcfg(2, cq_b), cfg(3, cq_a)]);
+        assert!(g.cqs_to_watch().is_empty());
+        g.submit(QpHandle(0), data(1, "a", false)).expect("a");
+        g.submit(QpHandle(1), ctrl(2, GateOp::Wait { cq: cq_a, count: 5 }, false)).expect("wait");
+        g.run(0);
+        let _ = g.take_actions();
+        let mut w = g.cqs_to_watch().to_vec();
+        w.sort_unstable();
+        assert_eq!(w, vec![cq_a], "QP 0's work in the device and QP 1's WAIT both need CQ a");
+        g.on_send_completion(QpHandle(0), 0, WcStatus::Success, 1);
+        assert_eq!(g.cqs_to_watch(), &[cq_a], "the WAIT still needs it");
+        g.remove_qp(QpHandle(1));
+        assert!(g.cqs_to_watch().is_empty(), "a removed QP's wants are dropped");
+        // A plain QP with only unsignaled data in the device needs nothing reaped.
+        g.submit(QpHandle(2), data(3, "p", false)).expect("p");
+        g.run(2);
+        let _ = g.take_actions();
+        assert!(g.cqs_to_watch().is_empty());
     }
 
     #[test]
@@ -1397,18 +1790,27 @@ mod tests {
         let qp = QpHandle(0);
         g.submit(qp, data(1, "u1", false)).expect("u1");
         g.submit(qp, data(2, "u2", false)).expect("u2");
-        g.submit(qp, data(3, "u3", false)).expect("u3");
         g.run(0);
-        let _ = g.take_actions();
+        // 2 data WQEs fill the data share (depth - 2 marker slots).
+        assert_eq!(posts(&g.take_actions()), vec![(0, "u1", false, 0), (0, "u2", false, 1)]);
+        g.submit(qp, data(3, "u3", false)).expect("u3");
         g.submit(qp, data(4, "s4", true)).expect("s4");
         g.run(1);
-        // 3 data WQEs fill the data share (depth - 1); the reserved slot takes a marker.
-        assert_eq!(posts(&g.take_actions()), vec![(0, "marker", true, 3)]);
-        assert_eq!(g.held(qp), Some(1));
-        g.on_send_completion(qp, 3, WcStatus::Success, 2);
-        assert_eq!(posts(&g.take_actions()), vec![(0, "s4", true, 4)]);
+        // u2 was posted in an earlier doorbell: a completion marker takes
+        // one reserved slot; the other stays for a drain.
+        assert_eq!(posts(&g.take_actions()), vec![(0, "marker", true, 2)]);
+        assert_eq!(g.held(qp), Some(2));
+        g.on_send_completion(qp, 2, WcStatus::Success, 2);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "u3", false, 3), (0, "s4", true, 4)]);
         g.on_send_completion(qp, 4, WcStatus::Success, 3);
         assert_eq!(poll_all(&mut g, SCQ).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(g.outstanding(qp), Some(0));
+        // Blocked within one doorbell, the last data WQE is signaled instead.
+        for (id, tag) in [(5, "u5"), (6, "u6"), (7, "u7")] {
+            g.submit(qp, data(id, tag, false)).expect("post");
+        }
+        g.run(4);
+        assert_eq!(posts(&g.take_actions()), vec![(0, "u5", false, 5), (0, "u6", true, 6)]);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! every constant here equals the one `rdma-sys` generates from the
 //! installed headers.
 
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use smallvec::SmallVec;
 
@@ -168,6 +168,125 @@ pub mod transport {
     pub const IB: i32 = 0;
     /// `IBV_TRANSPORT_IWARP` (siw, iWARP NICs).
     pub const IWARP: i32 = 1;
+}
+
+/// `ibv_cq_init_attr_ex` values for the zero-weight WRs' CQ.
+pub mod cq_attr {
+    /// `IBV_CQ_INIT_ATTR_MASK_FLAGS`: `flags` is valid.
+    pub const MASK_FLAGS: u32 = 1;
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+    pub const IGNORE_OVERRUN: u32 = 1 << 1;
+}
+
+/// `enum ibv_event_type` values.
+pub mod event {
+    /// `IBV_EVENT_CQ_ERR`: a CQ overran; its QPs get no more CQEs.
+    pub const CQ_ERR: u32 = 0;
+    /// `IBV_EVENT_QP_FATAL`.
+    pub const QP_FATAL: u32 = 1;
+    /// `IBV_EVENT_QP_REQ_ERR`: the QP received an invalid request.
+    pub const QP_REQ_ERR: u32 = 2;
+    /// `IBV_EVENT_QP_ACCESS_ERR`: a remote access violation on the QP.
+    pub const QP_ACCESS_ERR: u32 = 3;
+    /// `IBV_EVENT_COMM_EST`.
+    pub const COMM_EST: u32 = 4;
+    /// `IBV_EVENT_SQ_DRAINED`.
+    pub const SQ_DRAINED: u32 = 5;
+    /// `IBV_EVENT_PATH_MIG`.
+    pub const PATH_MIG: u32 = 6;
+    /// `IBV_EVENT_PATH_MIG_ERR`.
+    pub const PATH_MIG_ERR: u32 = 7;
+    /// `IBV_EVENT_DEVICE_FATAL`: the device must be reopened.
+    pub const DEVICE_FATAL: u32 = 8;
+    /// `IBV_EVENT_PORT_ACTIVE`.
+    pub const PORT_ACTIVE: u32 = 9;
+    /// `IBV_EVENT_PORT_ERR`: the link went down.
+    pub const PORT_ERR: u32 = 10;
+    /// `IBV_EVENT_LID_CHANGE`.
+    pub const LID_CHANGE: u32 = 11;
+    /// `IBV_EVENT_PKEY_CHANGE`.
+    pub const PKEY_CHANGE: u32 = 12;
+    /// `IBV_EVENT_SM_CHANGE`.
+    pub const SM_CHANGE: u32 = 13;
+    /// `IBV_EVENT_SRQ_ERR`.
+    pub const SRQ_ERR: u32 = 14;
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    pub const SRQ_LIMIT_REACHED: u32 = 15;
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
+    pub const QP_LAST_WQE_REACHED: u32 = 16;
+    /// `IBV_EVENT_CLIENT_REREGISTER`.
+    pub const CLIENT_REREGISTER: u32 = 17;
+    /// `IBV_EVENT_GID_CHANGE`.
+    pub const GID_CHANGE: u32 = 18;
+    /// `IBV_EVENT_WQ_FATAL`.
+    pub const WQ_FATAL: u32 = 19;
+}
+
+/// Which member of `ibv_async_event::element` an event sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncSubject {
+    /// `element.qp`.
+    Qp,
+    /// `element.cq`.
+    Cq,
+    /// `element.port_num`.
+    Port,
+    /// None: the device as a whole (or an SRQ / WQ, which this backend
+    /// never creates).
+    Device,
+}
+
+/// The member an event of type `raw` sets (as `ibv_get_async_event(3)` lists).
+pub fn async_event_subject(raw: u32) -> AsyncSubject {
+    use event as e;
+    match raw {
+        e::CQ_ERR => AsyncSubject::Cq,
+        e::QP_FATAL
+        | e::QP_REQ_ERR
+        | e::QP_ACCESS_ERR
+        | e::COMM_EST
+        | e::SQ_DRAINED
+        | e::PATH_MIG
+        | e::PATH_MIG_ERR
+        | e::QP_LAST_WQE_REACHED => AsyncSubject::Qp,
+        e::PORT_ACTIVE
+        | e::PORT_ERR
+        | e::LID_CHANGE
+        | e::PKEY_CHANGE
+        | e::SM_CHANGE
+        | e::CLIENT_REREGISTER
+        | e::GID_CHANGE => AsyncSubject::Port,
+        _ => AsyncSubject::Device,
+    }
+}
+
+/// The libibverbs name of an event type (as `ibv_event_type_str`) and
+/// whether it is an error that stops work on what it names.
+pub fn async_event_name(raw: u32) -> (&'static str, bool) {
+    use event as e;
+    match raw {
+        e::CQ_ERR => ("CQ error", true),
+        e::QP_FATAL => ("local work queue catastrophic error", true),
+        e::QP_REQ_ERR => ("invalid request local work queue error", true),
+        e::QP_ACCESS_ERR => ("local access violation work queue error", true),
+        e::COMM_EST => ("communication established", false),
+        e::SQ_DRAINED => ("send queue drained", false),
+        e::PATH_MIG => ("path migrated", false),
+        e::PATH_MIG_ERR => ("path migration request error", true),
+        e::DEVICE_FATAL => ("local catastrophic error", true),
+        e::PORT_ACTIVE => ("port active", false),
+        e::PORT_ERR => ("port error", true),
+        e::LID_CHANGE => ("LID change", false),
+        e::PKEY_CHANGE => ("P_Key change", false),
+        e::SM_CHANGE => ("SM change", false),
+        e::SRQ_ERR => ("SRQ catastrophic error", true),
+        e::SRQ_LIMIT_REACHED => ("SRQ limit reached", false),
+        e::QP_LAST_WQE_REACHED => ("last WQE reached", false),
+        e::CLIENT_REREGISTER => ("client reregistration", false),
+        e::GID_CHANGE => ("GID table change", false),
+        e::WQ_FATAL => ("WQ fatal", true),
+        _ => ("unknown event", true),
+    }
 }
 
 /// Linux `errno` values the verbs calls return (asm-generic numbering,
@@ -426,8 +545,10 @@ pub enum Verb {
     AllocPd,
     /// `ibv_reg_mr`.
     RegMr,
-    /// `ibv_create_cq`.
+    /// `ibv_create_cq` (or `ibv_create_cq_ex`).
     CreateCq,
+    /// `ibv_resize_cq`.
+    ResizeCq,
     /// `ibv_create_qp`.
     CreateQp,
     /// `ibv_modify_qp`.
@@ -456,6 +577,7 @@ impl Verb {
             Verb::AllocPd => "ibv_alloc_pd",
             Verb::RegMr => "ibv_reg_mr",
             Verb::CreateCq => "ibv_create_cq",
+            Verb::ResizeCq => "ibv_resize_cq",
             Verb::CreateQp => "ibv_create_qp",
             Verb::ModifyQp => "ibv_modify_qp",
             Verb::QueryQp => "ibv_query_qp",
@@ -479,6 +601,11 @@ pub fn errno_to_error(verb: Verb, errno: i32, queue_depth: u32) -> RnicError {
         (Verb::RegMr, e::ENOMEM) | (Verb::RegMr, e::EPERM) | (Verb::RegMr, e::EAGAIN) => RnicError::Device(format!(
             "{name}: cannot pin the memory region (errno {errno}); raise the locked-memory limit (ulimit -l)"
         )),
+        (Verb::CreateCq | Verb::ResizeCq | Verb::CreateQp, e::ENOMEM | e::EAGAIN) => RnicError::Device(format!(
+            "{name}: out of memory for the queue's rings (errno {errno}): the kernel pins them, so the \
+             locked-memory limit counts them; raise it (ulimit -l, memlock in /etc/security/limits.conf; \
+             `perf-runner doctor` shows it) or use fewer or shallower queues"
+        )),
         (_, e::EINVAL) => RnicError::InvalidArgument(format!("{name} rejected an argument (EINVAL)")),
         (_, e::EFAULT) => RnicError::InvalidArgument(format!("{name}: bad address (EFAULT)")),
         (_, e::EOPNOTSUPP) | (_, e::ENOSYS) => RnicError::NotSupported(name),
@@ -500,6 +627,12 @@ pub fn mtu_bytes(raw: u32) -> Option<u32> {
         1..=5 => Some(128 << raw),
         _ => None,
     }
+}
+
+/// The raw `ibv_mtu` of the largest MTU not above `bytes` (`IBV_MTU_256`
+/// for anything below 512); `None` below 256 B.
+pub fn mtu_from_bytes(bytes: u32) -> Option<u32> {
+    (1..=5u32).rev().find(|&raw| 128u32 << raw <= bytes)
 }
 
 /// Per-lane rate in Gb/s of a raw `ibv_port_attr::active_speed`, as
@@ -576,6 +709,16 @@ impl GidKind {
         }
     }
 
+    /// The kind of a raw `ibv_gid_entry::gid_type` (`IBV_GID_TYPE_IB` = 0,
+    /// `IBV_GID_TYPE_ROCE_V1` = 1, `IBV_GID_TYPE_ROCE_V2` = 2).
+    pub fn from_ibv(raw: u32) -> GidKind {
+        match raw {
+            0 | 1 => GidKind::IbRoceV1,
+            2 => GidKind::RoceV2,
+            _ => GidKind::Unknown,
+        }
+    }
+
     /// A short label.
     pub fn label(&self) -> &'static str {
         match self {
@@ -633,11 +776,34 @@ fn is_link_local(gid: &Gid) -> bool {
 /// non-zero GID (index 0 holds the port GID). Zero GIDs (unused slots) are
 /// never chosen.
 pub fn select_gid(entries: &[GidEntry], ethernet: bool) -> Option<&GidEntry> {
+    select_gid_for(entries, ethernet, None)
+}
+
+/// The GID of an IP address as a RoCE GID table holds it (IPv4 as
+/// `::ffff:a.b.c.d`).
+pub fn gid_of_ip(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// [`select_gid`], preferring on an Ethernet port the RoCE v2 (then any)
+/// GID whose address is `prefer`: the local address of the out-of-band
+/// connection to the peer, i.e. the interface the kernel routes to it,
+/// which the first IPv4 GID of a multi-homed port need not be.
+pub fn select_gid_for(entries: &[GidEntry], ethernet: bool, prefer: Option<IpAddr>) -> Option<&GidEntry> {
     let used = || entries.iter().filter(|e| e.gid != [0u8; 16]);
     if !ethernet {
         return used().next();
     }
     let v2 = || used().filter(|e| e.kind == GidKind::RoceV2);
+    if let Some(ip) = prefer.filter(|ip| !ip.is_unspecified() && !ip.is_loopback()) {
+        let g = gid_of_ip(ip);
+        if let Some(e) = v2().find(|e| e.gid == g).or_else(|| used().find(|e| e.gid == g)) {
+            return Some(e);
+        }
+    }
     v2().find(|e| is_ipv4_mapped(&e.gid))
         .or_else(|| v2().find(|e| !is_link_local(&e.gid)))
         .or_else(|| v2().next())
@@ -813,9 +979,11 @@ mod tests {
         assert_eq!(errno_to_error(Verb::CreateCq, e::ENOSYS, 0), RnicError::NotSupported("ibv_create_cq"));
         assert_eq!(errno_to_error(Verb::Destroy, e::EBUSY, 0), RnicError::Busy("ibv_destroy"));
         assert!(matches!(errno_to_error(Verb::RegMr, e::ENOMEM, 0), RnicError::Device(m) if m.contains("ulimit -l")));
-        assert!(
-            matches!(errno_to_error(Verb::CreateQp, e::ENOMEM, 0), RnicError::Device(m) if m.contains("resources"))
-        );
+        for verb in [Verb::CreateCq, Verb::CreateQp, Verb::ResizeCq] {
+            let m = errno_to_error(verb, e::ENOMEM, 0).to_string();
+            assert!(m.contains("ulimit -l") && m.contains(verb.name()), "{m}");
+        }
+        assert!(matches!(errno_to_error(Verb::AllocPd, e::ENOMEM, 0), RnicError::Device(m) if m.contains("resources")));
         assert!(
             matches!(errno_to_error(Verb::OpenDevice, e::EACCES, 0), RnicError::Device(m) if m.contains("permission"))
         );
@@ -826,12 +994,34 @@ mod tests {
     }
 
     #[test]
+    fn async_events_name_their_subject() {
+        assert_eq!(async_event_subject(event::CQ_ERR), AsyncSubject::Cq);
+        assert_eq!(async_event_subject(event::QP_FATAL), AsyncSubject::Qp);
+        assert_eq!(async_event_subject(event::QP_ACCESS_ERR), AsyncSubject::Qp);
+        assert_eq!(async_event_subject(event::PORT_ERR), AsyncSubject::Port);
+        assert_eq!(async_event_subject(event::GID_CHANGE), AsyncSubject::Port);
+        assert_eq!(async_event_subject(event::DEVICE_FATAL), AsyncSubject::Device);
+        assert_eq!(async_event_subject(event::SRQ_ERR), AsyncSubject::Device, "no SRQ is ever created");
+        assert_eq!(async_event_name(event::QP_FATAL), ("local work queue catastrophic error", true));
+        assert_eq!(async_event_name(event::PORT_ACTIVE), ("port active", false));
+        assert!(async_event_name(777).1, "an unknown event is treated as an error");
+    }
+
+    #[test]
     fn mtu_and_rate() {
         assert_eq!(mtu_bytes(1), Some(256));
         assert_eq!(mtu_bytes(3), Some(1024));
         assert_eq!(mtu_bytes(5), Some(4096));
         assert_eq!(mtu_bytes(0), None);
         assert_eq!(mtu_bytes(6), None);
+        assert_eq!(mtu_from_bytes(4096), Some(5));
+        assert_eq!(mtu_from_bytes(1024), Some(3));
+        assert_eq!(mtu_from_bytes(1500), Some(3), "an Ethernet MTU of 1500 carries 1024 B RoCE payloads");
+        assert_eq!(mtu_from_bytes(9000), Some(5));
+        assert_eq!(mtu_from_bytes(255), None);
+        for raw in 1..=5 {
+            assert_eq!(mtu_from_bytes(mtu_bytes(raw).expect("valid")), Some(raw));
+        }
         // 100 GbE RoCE reports 4X EDR; 200 Gb/s HDR is 4X HDR; Soft-RoCE on 10 GbE is 1X QDR.
         assert_eq!(link_gbps(2, 32), Some(100.0));
         assert_eq!(link_gbps(2, 64), Some(200.0));
@@ -885,5 +1075,40 @@ mod tests {
         assert_eq!(select_gid(&table, false).map(|e| e.index), Some(0), "InfiniBand uses the port GID");
         let empty = [GidEntry { index: 0, gid: [0; 16], kind: GidKind::RoceV2 }];
         assert_eq!(select_gid(&empty, true), None, "unused slots are never chosen");
+    }
+
+    #[test]
+    fn the_gid_of_the_out_of_band_address_is_preferred() {
+        // A port with two IPv4 addresses (two VLANs, or a second address on
+        // the interface): the peer is reached through the second.
+        let e = |index, g: &str, kind| GidEntry { index, gid: gid(g), kind };
+        let table = vec![
+            e(0, "fe80::1", GidKind::IbRoceV1),
+            e(1, "fe80::1", GidKind::RoceV2),
+            e(2, "::ffff:10.0.0.5", GidKind::IbRoceV1),
+            e(3, "::ffff:10.0.0.5", GidKind::RoceV2),
+            e(4, "::ffff:192.168.7.5", GidKind::IbRoceV1),
+            e(5, "::ffff:192.168.7.5", GidKind::RoceV2),
+            e(6, "2001:db8::5", GidKind::RoceV2),
+        ];
+        let pick = |ip: &str| select_gid_for(&table, true, Some(ip.parse().expect("ip"))).map(|e| e.index);
+        assert_eq!(select_gid(&table, true).map(|e| e.index), Some(3), "without a hint: the first IPv4 RoCE v2 GID");
+        assert_eq!(pick("192.168.7.5"), Some(5), "the RoCE v2 GID of the address that reaches the peer");
+        assert_eq!(pick("2001:db8::5"), Some(6));
+        assert_eq!(pick("172.16.0.1"), Some(3), "an address not in the table: the usual order");
+        assert_eq!(pick("127.0.0.1"), Some(3), "loopback says nothing about the RDMA port");
+        assert_eq!(pick("0.0.0.0"), Some(3));
+        let v1_only: Vec<_> = table.iter().filter(|e| e.kind == GidKind::IbRoceV1).cloned().collect();
+        let p = select_gid_for(&v1_only, true, Some("192.168.7.5".parse().expect("ip"))).map(|e| e.index);
+        assert_eq!(p, Some(4), "a RoCE v1 GID of that address beats one of another");
+        assert_eq!(
+            select_gid_for(&table, false, Some("192.168.7.5".parse().expect("ip"))).map(|e| e.index),
+            Some(0),
+            "InfiniBand: the port GID"
+        );
+        assert_eq!(GidKind::from_ibv(2), GidKind::RoceV2);
+        assert_eq!(GidKind::from_ibv(1), GidKind::IbRoceV1);
+        assert_eq!(GidKind::from_ibv(0), GidKind::IbRoceV1);
+        assert_eq!(GidKind::from_ibv(9), GidKind::Unknown);
     }
 }

@@ -20,6 +20,7 @@ pub mod ibv_abi;
 pub mod oob;
 pub mod probe;
 pub mod sim;
+pub mod sizing;
 pub mod sysfs;
 mod types;
 #[cfg(feature = "verbs")]

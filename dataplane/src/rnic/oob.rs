@@ -1,13 +1,18 @@
 //! The out-of-band connection exchange, perftest style: before RC QPs can
 //! be connected, the two sides swap what the other needs (LID, QP number,
-//! PSN, rkey, buffer address, GID) over a plain TCP connection, then
+//! PSN, rkey, buffer address, GID, and the limits both sides negotiate:
+//! path MTU and outstanding RDMA READs) over a plain TCP connection, then
 //! synchronise once both have moved their QPs to RTS.
 //!
 //! Wire format (ASCII, one record per line, like perftest's
-//! `LID:QPN:PSN:RKEY:VADDR:GID` string): a header line
-//! `PERF-RS-OOB 1 <count>` and then `<count>` lines of
-//! `llll:qqqqqq:pppppp:rrrrrrrr:aaaaaaaaaaaaaaaa:gggg...` (hex, fixed width,
-//! the GID as 32 hex digits). The client writes first; the server reads,
+//! `LID:QPN:PSN:RKEY:VADDR:GID` string plus the MTU and read depth that
+//! perftest also exchanges): a header line `PERF-RS-OOB 2 <count>` and then
+//! `<count>` lines of
+//! `llll:qqqqqq:pppppp:rrrrrrrr:aaaaaaaaaaaaaaaa:gggg...:mmmm:dd` (hex,
+//! fixed width, the GID as 32 hex digits, `mmmm` the port's active MTU in
+//! bytes and `dd` the reads the QP accepts as responder, both 0 when not
+//! known). Each side connects with the smaller MTU and read depth of the
+//! two ([`QpEndpoint::negotiated_mtu`], [`QpEndpoint::negotiated_rd_atomic`]). The client writes first; the server reads,
 //! then answers with its own records. [`OobConn::barrier`] swaps one `SYNC`
 //! line each way.
 //!
@@ -22,7 +27,7 @@ use super::{Gid, QpEndpoint};
 /// First word of the header line.
 pub const MAGIC: &str = "PERF-RS-OOB";
 /// Protocol version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Most records one message may carry.
 pub const MAX_RECORDS: usize = 4096;
 const MAX_LINE: u64 = 256;
@@ -97,20 +102,22 @@ impl ConnInfo {
     pub fn encode(&self) -> String {
         let gid: String = self.endpoint.gid.iter().map(|b| format!("{b:02x}")).collect();
         format!(
-            "{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:{gid}",
+            "{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:{gid}:{:04x}:{:02x}",
             self.lid,
             self.endpoint.qp_num & 0xff_ffff,
             self.endpoint.psn & 0xff_ffff,
             self.rkey,
-            self.addr
+            self.addr,
+            self.endpoint.mtu.min(0xffff),
+            self.endpoint.max_rd_atomic.min(0xff)
         )
     }
 
     /// Parses a record line.
     pub fn decode(line: &str) -> Result<ConnInfo, OobError> {
         let f: Vec<&str> = line.trim_end_matches(['\r', '\n']).split(':').collect();
-        let [lid, qpn, psn, rkey, addr, gid] = f[..] else {
-            return Err(OobError::Malformed(format!("expected 6 ':'-separated fields, got {}: {line:?}", f.len())));
+        let [lid, qpn, psn, rkey, addr, gid, mtu, rd] = f[..] else {
+            return Err(OobError::Malformed(format!("expected 8 ':'-separated fields, got {}: {line:?}", f.len())));
         };
         let lid = hex_field(lid, "LID", 4, u16::from_str_radix)?;
         let qp_num = hex_field(qpn, "QPN", 6, u32::from_str_radix)?;
@@ -124,7 +131,9 @@ impl ConnInfo {
         for (i, b) in g.iter_mut().enumerate() {
             *b = hex_field(&gid[2 * i..2 * i + 2], "GID byte", 2, u8::from_str_radix)?;
         }
-        Ok(ConnInfo { lid, endpoint: QpEndpoint { gid: g, qp_num, psn }, rkey, addr })
+        let mtu = hex_field(mtu, "MTU", 4, u32::from_str_radix)?;
+        let max_rd_atomic = hex_field(rd, "read depth", 2, u32::from_str_radix)?;
+        Ok(ConnInfo { lid, endpoint: QpEndpoint { gid: g, qp_num, psn, mtu, max_rd_atomic }, rkey, addr })
     }
 }
 
@@ -242,6 +251,12 @@ impl OobConn {
         self.peer
     }
 
+    /// This side's socket address: the address of the interface the
+    /// kernel routes to the peer (whose RoCE GID the QPs should use).
+    pub fn local_addr(&self) -> Result<SocketAddr, OobError> {
+        self.writer.local_addr().map_err(io("reading the local address"))
+    }
+
     fn send(&mut self, records: &[ConnInfo]) -> Result<(), OobError> {
         self.writer.write_all(encode_message(records).as_bytes()).map_err(io("sending the local endpoints"))?;
         self.writer.flush().map_err(io("sending the local endpoints"))
@@ -287,7 +302,7 @@ mod tests {
         gid[12..].copy_from_slice(&[10, 0, 0, n]);
         ConnInfo {
             lid: n as u16,
-            endpoint: QpEndpoint { gid, qp_num: 0x00_1234 + n as u32, psn: 0xab_cdef },
+            endpoint: QpEndpoint { gid, qp_num: 0x00_1234 + n as u32, psn: 0xab_cdef, mtu: 4096, max_rd_atomic: 16 },
             rkey: 0xdead_beef,
             addr: 0x7f00_0000_1000 + n as u64,
         }
@@ -297,7 +312,7 @@ mod tests {
     fn record_round_trip_and_format() {
         let i = info(7);
         let line = i.encode();
-        assert_eq!(line, "0007:00123b:abcdef:deadbeef:00007f0000001007:00000000000000000000ffff0a000007");
+        assert_eq!(line, "0007:00123b:abcdef:deadbeef:00007f0000001007:00000000000000000000ffff0a000007:1000:10");
         assert_eq!(ConnInfo::decode(&line).expect("decode"), i);
         assert_eq!(ConnInfo::decode(&format!("{line}\r\n")).expect("decode with CRLF"), i);
     }
@@ -320,10 +335,36 @@ mod tests {
     }
 
     #[test]
+    fn both_sides_take_the_smaller_mtu_and_read_depth() {
+        // A 4096 B / 16-read side and a 1024 B / 4-read peer (rxe on a
+        // 1500 B interface) connect at 1024 B with 4 reads in flight, on
+        // both sides, whoever is client.
+        let mut big = info(1);
+        let mut small = info(2);
+        small.endpoint.mtu = 1024;
+        small.endpoint.max_rd_atomic = 4;
+        let wire = |c: &ConnInfo| ConnInfo::decode(&c.encode()).expect("decode");
+        let (from_small, from_big) = (wire(&small).endpoint, wire(&big).endpoint);
+        assert_eq!(from_small.negotiated_mtu(4096), 1024);
+        assert_eq!(from_big.negotiated_mtu(1024), 1024);
+        assert_eq!(from_small.negotiated_rd_atomic(16), 4, "the big side issues no more reads than the peer accepts");
+        assert_eq!(from_big.negotiated_rd_atomic(4), 4, "nor more than its own device can issue");
+        big.endpoint.mtu = 0;
+        big.endpoint.max_rd_atomic = 0;
+        let unknown = wire(&big).endpoint;
+        assert_eq!(
+            (unknown.negotiated_mtu(1024), unknown.negotiated_rd_atomic(8)),
+            (1024, 8),
+            "0: use the local value"
+        );
+        assert_eq!(unknown.negotiated_rd_atomic(0), 1, "at least one read");
+    }
+
+    #[test]
     fn message_round_trip() {
         let records = vec![info(1), info(2), info(3)];
         let text = encode_message(&records);
-        assert!(text.starts_with("PERF-RS-OOB 1 3\n"));
+        assert!(text.starts_with("PERF-RS-OOB 2 3\n"));
         let got = decode_message(&mut text.as_bytes()).expect("decode");
         assert_eq!(got, records);
         let empty = decode_message(&mut encode_message(&[]).as_bytes()).expect("empty");
@@ -334,16 +375,17 @@ mod tests {
     fn bad_headers_are_rejected() {
         for text in [
             "HELLO 1 1\n",
-            "PERF-RS-OOB 2 1\n",
-            "PERF-RS-OOB 1 many\n",
-            "PERF-RS-OOB 1 99999\n",
-            "PERF-RS-OOB 1 2\n0001:000001:000000:00000000:0000000000000000:00000000000000000000000000000000\n",
+            "PERF-RS-OOB 1 1\n",
+            "PERF-RS-OOB 2 many\n",
+            "PERF-RS-OOB 2 99999\n",
+            "PERF-RS-OOB 2 2\n0001:000001:000000:00000000:0000000000000000:00000000000000000000000000000000:0400:04\n",
+            "PERF-RS-OOB 2 1\n0001:000001:000000:00000000:0000000000000000:00000000000000000000000000000000\n",
             "",
         ] {
             let r = decode_message(&mut text.as_bytes());
             assert!(matches!(r, Err(OobError::Malformed(_))), "{text:?} gave {r:?}");
         }
-        let long = format!("PERF-RS-OOB 1 1\n{}\n", "0".repeat(1000));
+        let long = format!("PERF-RS-OOB 2 1\n{}\n", "0".repeat(1000));
         assert!(matches!(decode_message(&mut long.as_bytes()), Err(OobError::Malformed(m)) if m.contains("longer")));
     }
 

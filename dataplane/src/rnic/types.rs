@@ -163,8 +163,9 @@ pub enum QpState {
 pub type Gid = [u8; 16];
 
 /// What two sides exchange out of band to connect RC QPs (as perftest does
-/// over TCP): the peer's GID, QP number and first PSN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// over TCP): the peer's GID, QP number and first PSN, and the limits the
+/// two sides negotiate (each takes the smaller of its own and the peer's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpEndpoint {
     /// The port GID of the QP's device.
     pub gid: Gid,
@@ -172,6 +173,36 @@ pub struct QpEndpoint {
     pub qp_num: u32,
     /// Starting packet sequence number.
     pub psn: u32,
+    /// The largest path MTU in bytes this side's port can use (its active
+    /// MTU); 0 when not known (the other side then uses its own).
+    pub mtu: u32,
+    /// RDMA READs this side's QP accepts outstanding as responder
+    /// (`max_qp_rd_atom`): the most the other side may have in flight
+    /// (its `max_rd_atomic`); 0 when not known.
+    pub max_rd_atomic: u32,
+}
+
+impl QpEndpoint {
+    /// The path MTU in bytes both sides can use: the smaller of `local`
+    /// and this (remote) endpoint's MTU, or `local` when the remote did not
+    /// say (as perftest does with the MTU it exchanges).
+    pub fn negotiated_mtu(&self, local: u32) -> u32 {
+        match self.mtu {
+            0 => local,
+            m if local == 0 => m,
+            m => m.min(local),
+        }
+    }
+
+    /// The RDMA READs a local initiator may keep in flight towards this
+    /// (remote) endpoint: the smaller of the local device's
+    /// `max_qp_init_rd_atom` and what the remote accepts, at least 1.
+    pub fn negotiated_rd_atomic(&self, local_init: u32) -> u32 {
+        match self.max_rd_atomic {
+            0 => local_init.max(1),
+            r => r.min(local_init).max(1),
+        }
+    }
 }
 
 /// One step of the QP state machine (`ibv_modify_qp` with the attribute
@@ -418,6 +449,9 @@ pub struct DeviceCaps {
     pub max_inline_data: u32,
     /// Hardware traffic classes (for SP / ETS).
     pub traffic_classes: u8,
+    /// RDMA READs one QP may have outstanding as responder
+    /// (`max_qp_rd_atom`); what a peer may ask for in its `max_rd_atomic`.
+    pub max_rd_atomic: u32,
 }
 
 /// Where a backend runs the cross-channel work requests (WAIT,

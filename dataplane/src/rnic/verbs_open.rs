@@ -10,19 +10,36 @@
 
 use super::*;
 
+/// How to pick the GID of port 1 (the rest of the device's setup is
+/// automatic): in any build, so that the runner's flags exist in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GidChoice {
+    /// This GID index (`--gid-index`), as perftest's `-x`.
+    pub index: Option<u32>,
+    /// Else prefer the GID of this local address: the out-of-band socket's,
+    /// i.e. the interface the kernel routes to the peer.
+    pub prefer_addr: Option<std::net::IpAddr>,
+}
+
 /// Opens port 1 of RDMA device `name` through the verbs backend.
 pub fn open_verbs(name: &str) -> Result<Box<dyn Rnic>, RnicError> {
-    open_impl(name)
+    open_impl(name, &GidChoice::default())
+}
+
+/// [`open_verbs`] with a GID choice.
+pub fn open_verbs_with(name: &str, gid: &GidChoice) -> Result<Box<dyn Rnic>, RnicError> {
+    open_impl(name, gid)
 }
 
 #[cfg(feature = "verbs")]
-fn open_impl(name: &str) -> Result<Box<dyn Rnic>, RnicError> {
-    let nic = super::verbs::VerbsRnic::open(name)?;
+fn open_impl(name: &str, gid: &GidChoice) -> Result<Box<dyn Rnic>, RnicError> {
+    let opts = super::verbs::OpenOptions { port: 1, gid_index: gid.index, prefer_addr: gid.prefer_addr };
+    let nic = super::verbs::VerbsRnic::open_with(name, opts)?;
     Ok(Box::new(nic))
 }
 
 #[cfg(not(feature = "verbs"))]
-fn open_impl(name: &str) -> Result<Box<dyn Rnic>, RnicError> {
+fn open_impl(name: &str, _gid: &GidChoice) -> Result<Box<dyn Rnic>, RnicError> {
     let probe = super::probe::probe();
     let found = probe.absence_report().unwrap_or_else(|| "libibverbs lists devices".into());
     Err(RnicError::Device(format!(

@@ -253,6 +253,7 @@ impl Rnic for SimRnic {
                 max_cqe: w.prof.max_cqe,
                 max_inline_data: w.prof.max_inline_data,
                 traffic_classes: 8,
+                max_rd_atomic: 16,
             },
         }
     }

@@ -24,8 +24,22 @@
 //!   dataplane then hands QPs off on the host itself, without control QPs
 //!   or zero-weight WRs (`engine/handoff.rs`).
 //!
+//! Sizing: the application's CQ depth is a queue in host memory (the gate
+//! delivers into it); the device CQ behind it starts small and grows with
+//! `ibv_resize_cq` to what the QPs attached to it can produce, within
+//! `max_cqe` ([`super::sizing`]). A QP's device send queue is its depth
+//! plus [`sizing::MARKER_SLOTS`], checked against mlx5's 64 B WQE blocks.
+//! `ENOMEM` on a queue says to raise the locked-memory limit.
+//!
+//! Errors: asynchronous events (a QP or CQ error, a port going down, a
+//! fatal device error) are read from the context's event fd, at most every
+//! [`ASYNC_POLL_NS`], fail what they name, and are kept in
+//! [`VerbsRnic::device_events`].
+//!
 //! Connection: the local starting PSN is always [`LOCAL_PSN`] (0), which is
-//! what [`super::connect::endpoint`] advertises. On InfiniBand ports a QP
+//! what [`super::connect::endpoint`] advertises. The path MTU is the
+//! smaller of both ports' (the peer's comes in its [`QpEndpoint`]), and a
+//! QP keeps no more RDMA READs in flight than the peer accepts. On InfiniBand ports a QP
 //! can be connected only to a QP of the same port (the trait's
 //! [`QpEndpoint`] carries no LID); iWARP devices (siw) need rdma_cm and are
 //! refused at RTR.
@@ -39,6 +53,7 @@ use super::host_gate::{GateAction, GateCounters, GateQpConfig, GateWr, HostGate,
 use super::ibv_abi::{self, link_layer, transport, GidEntry, GidKind, IbvSendWr};
 use super::oob::ConnInfo;
 use super::probe::{VerbsDeviceReport, VerbsPortReport};
+use super::sizing::{self, SqModel, MARKER_SLOTS};
 use super::sysfs;
 use super::*;
 
@@ -55,6 +70,13 @@ pub const HOP_LIMIT: u8 = 64;
 /// IEEE OUI that Mellanox / NVIDIA devices report as `vendor_id`.
 pub const MELLANOX_OUI: u32 = 0x02c9;
 const POLL_BATCH: usize = 64;
+/// How often `poll_cq` reads the asynchronous event fd (a system call).
+pub const ASYNC_POLL_NS: u64 = 1_000_000;
+/// Device CQEs of a new CQ before any QP is attached to it.
+const INITIAL_CQ_RING: u32 = 64;
+/// The largest application CQ depth: the queue the gate delivers into is
+/// host memory that grows as CQEs arrive, so this only bounds nonsense.
+pub const MAX_HOST_CQE: u32 = 1 << 24;
 const ZERO_GID: Gid = [0; 16];
 
 /// How to open a device.
@@ -63,13 +85,16 @@ pub struct OpenOptions {
     /// Port number (from 1).
     pub port: u8,
     /// GID index to use instead of the automatic choice (RoCE v2 with an
-    /// IPv4 address first; see [`ibv_abi::select_gid`]).
+    /// IPv4 address first; see [`ibv_abi::select_gid_for`]).
     pub gid_index: Option<u32>,
+    /// Prefer the GID of this local address (the out-of-band socket's, so
+    /// the interface that reaches the peer) in the automatic choice.
+    pub prefer_addr: Option<std::net::IpAddr>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { port: 1, gid_index: None }
+        OpenOptions { port: 1, gid_index: None, prefer_addr: None }
     }
 }
 
@@ -80,6 +105,10 @@ struct MrEntry {
 struct CqEntry {
     cq: Arc<sys::Cq>,
     users: u32,
+    /// Entries of the device queues attached to this CQ.
+    attached: u64,
+    /// Device CQEs the CQ holds.
+    ring: u32,
 }
 
 struct QpEntry {
@@ -87,7 +116,12 @@ struct QpEntry {
     caps: QpCaps,
     send_cq: u32,
     recv_cq: u32,
+    /// Device send-queue depth (markers included) and receive depth, as
+    /// counted against the CQs.
+    hw_send: u32,
     tc: u8,
+    /// RDMA READs the peer accepts (from its endpoint at RTR).
+    peer_rd_atomic: u32,
 }
 
 /// One opened ibv device port; implements [`Rnic`]. See the module
@@ -112,7 +146,10 @@ pub struct VerbsRnic {
     start: Instant,
     wc_buf: sys::WcBuf,
     raw: Vec<sys::RawWc>,
+    watch: Vec<CqHandle>,
     last_device_error: Option<String>,
+    device_events: Vec<String>,
+    next_async_ns: u64,
 }
 
 fn sysfs_summary() -> String {
@@ -128,7 +165,8 @@ fn sysfs_summary() -> String {
 }
 
 fn gid_table(ctx: &sys::Context, name: &str, port: u8, attr: &sys::PortAttr) -> Vec<GidEntry> {
-    let mut entries = sysfs::device_gids(name, port);
+    let from_library = ctx.query_gid_table(port, attr.gid_tbl_len.clamp(1, 4096) as usize * 4);
+    let mut entries = from_library.filter(|t| !t.is_empty()).unwrap_or_else(|| sysfs::device_gids(name, port));
     if entries.is_empty() {
         entries = (0..attr.gid_tbl_len.min(256))
             .filter_map(|index| {
@@ -146,9 +184,9 @@ fn choose_gid(
     name: &str,
     port: u8,
     attr: &sys::PortAttr,
-    forced: Option<u32>,
+    opts: &OpenOptions,
 ) -> Result<(u32, Gid), RnicError> {
-    if let Some(i) = forced {
+    if let Some(i) = opts.gid_index {
         if i > u8::MAX as u32 {
             return Err(RnicError::InvalidArgument(format!("GID index {i} exceeds 255")));
         }
@@ -159,7 +197,8 @@ fn choose_gid(
         return Ok((i, g));
     }
     let entries = gid_table(ctx, name, port, attr);
-    ibv_abi::select_gid(&entries, attr.link_layer == link_layer::ETHERNET).map(|e| (e.index, e.gid)).ok_or_else(|| {
+    let ethernet = attr.link_layer == link_layer::ETHERNET;
+    ibv_abi::select_gid_for(&entries, ethernet, opts.prefer_addr).map(|e| (e.index, e.gid)).ok_or_else(|| {
         RnicError::Device(format!(
             "{name} port {port} has no usable GID (on RoCE its network device needs an IP address and to be up)"
         ))
@@ -169,7 +208,7 @@ fn choose_gid(
 /// The largest inline payload the device accepts on an RC QP, found by
 /// creating small QPs (0 if none accepts any).
 fn probe_max_inline(ctx: &Arc<sys::Context>) -> u32 {
-    let (Ok(pd), Ok(cq)) = (sys::Pd::new(ctx), sys::Cq::new(ctx, 2)) else { return 0 };
+    let (Ok(pd), Ok(cq)) = (sys::Pd::new(ctx), sys::Cq::new(ctx, 2, false)) else { return 0 };
     for want in [1024u32, 512, 256, 220, 128, 64, 32] {
         let caps = QpCaps { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: want };
         if let Ok(qp) = sys::Qp::new(&pd, &cq, &cq, caps) {
@@ -195,6 +234,7 @@ fn caps_of(dev: &sys::DeviceAttr, max_inline: u32) -> DeviceCaps {
         max_cqe: dev.max_cqe,
         max_inline_data: max_inline,
         traffic_classes: traffic_classes(dev),
+        max_rd_atomic: dev.max_qp_rd_atom,
     }
 }
 
@@ -326,8 +366,10 @@ impl VerbsRnic {
             )));
         }
         let port_attr = ctx.query_port(opts.port)?;
-        let (gid_index, gid) = choose_gid(&ctx, name, opts.port, &port_attr, opts.gid_index)?;
+        let (gid_index, gid) = choose_gid(&ctx, name, opts.port, &port_attr, &opts)?;
         let max_inline = probe_max_inline(&ctx);
+        // Without a non-blocking fd, events are not read (and never block).
+        let events_readable = ctx.async_nonblocking().is_ok();
         Ok(VerbsRnic {
             qps: Vec::new(),
             mrs: Vec::new(),
@@ -346,7 +388,10 @@ impl VerbsRnic {
             start: Instant::now(),
             wc_buf: sys::WcBuf::new(POLL_BATCH),
             raw: Vec::with_capacity(POLL_BATCH),
+            watch: Vec::new(),
             last_device_error: None,
+            device_events: Vec::new(),
+            next_async_ns: if events_readable { 0 } else { u64::MAX },
         })
     }
 
@@ -376,15 +421,35 @@ impl VerbsRnic {
     }
 
     /// The last error the device reported asynchronously (an error CQE's
-    /// raw status and vendor syndrome, a refused post of gated work).
+    /// raw status and vendor syndrome, a refused post of gated work, an
+    /// asynchronous event).
     pub fn last_device_error(&self) -> Option<&str> {
         self.last_device_error.as_deref()
+    }
+
+    /// Whether the device CQ behind `cq` drops CQEs on overrun
+    /// (`IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`, asked for an ignore-overrun
+    /// CQ) rather than being a plain CQ sized for its QPs.
+    pub fn device_cq_ignores_overrun(&self, cq: CqHandle) -> Result<bool, RnicError> {
+        Ok(self.cq_entry(cq)?.cq.ignores_overrun())
+    }
+
+    /// The asynchronous events read so far (QP and CQ errors, port state
+    /// changes, fatal device errors), one line each, oldest first.
+    pub fn device_events(&self) -> &[String] {
+        &self.device_events
     }
 
     /// The endpoint data of a local QP, for the peer.
     pub fn endpoint(&self, qp: QpHandle) -> Result<QpEndpoint, RnicError> {
         let e = self.qp_entry(qp)?;
-        Ok(QpEndpoint { gid: self.gid, qp_num: e.qp.qp_num(), psn: LOCAL_PSN })
+        Ok(QpEndpoint {
+            gid: self.gid,
+            qp_num: e.qp.qp_num(),
+            psn: LOCAL_PSN,
+            mtu: ibv_abi::mtu_bytes(self.port_attr.active_mtu).unwrap_or(0),
+            max_rd_atomic: self.dev.max_qp_rd_atom,
+        })
     }
 
     /// The out-of-band record for a local QP and a region the peer may
@@ -524,15 +589,68 @@ impl VerbsRnic {
     fn progress(&mut self) -> Result<(), RnicError> {
         for _ in 0..8 {
             self.flush_actions();
-            for cq in self.gate.cqs_to_watch() {
-                self.reap(cq)?;
-            }
+            let mut watch = std::mem::take(&mut self.watch);
+            watch.clear();
+            watch.extend_from_slice(self.gate.cqs_to_watch());
+            let reaped = watch.iter().try_for_each(|&cq| self.reap(cq));
+            self.watch = watch;
+            reaped?;
             if !self.gate.has_actions() {
                 break;
             }
         }
         self.flush_actions();
         Ok(())
+    }
+
+    /// Reads the pending asynchronous events (at most every
+    /// [`ASYNC_POLL_NS`]): an error event fails what it names in the gate
+    /// (whose drain then completes its work) and is recorded.
+    fn read_async_events(&mut self) {
+        let now = self.now();
+        if now < self.next_async_ns {
+            return;
+        }
+        self.next_async_ns = now + ASYNC_POLL_NS;
+        while let Some(ev) = self.ctx.next_async_event() {
+            let (name, is_error) = ibv_abi::async_event_name(ev.kind);
+            let mut failed: Vec<QpHandle> = Vec::new();
+            let what = match ev.element {
+                sys::AsyncElement::Qp(num) => {
+                    let handle = self.qps.iter().position(|q| q.as_ref().is_some_and(|q| q.qp.qp_num() == num));
+                    failed.extend(handle.map(|i| QpHandle(i as u32)));
+                    format!("QP 0x{num:x}")
+                }
+                sys::AsyncElement::Cq(addr) => {
+                    let cq = self.cqs.iter().position(|c| c.as_ref().is_some_and(|c| c.cq.raw_addr() == addr));
+                    if let Some(cq) = cq {
+                        let cq = cq as u32;
+                        failed.extend(self.qps.iter().enumerate().filter_map(|(i, q)| {
+                            q.as_ref().filter(|q| q.send_cq == cq || q.recv_cq == cq).map(|_| QpHandle(i as u32))
+                        }));
+                    }
+                    cq.map_or_else(|| "a CQ".to_string(), |c| format!("CQ {c}"))
+                }
+                sys::AsyncElement::Port(p) => format!("port {p}"),
+                sys::AsyncElement::Device => {
+                    if ev.kind == ibv_abi::event::DEVICE_FATAL {
+                        failed
+                            .extend((0..self.qps.len()).filter(|&i| self.qps[i].is_some()).map(|i| QpHandle(i as u32)));
+                    }
+                    "the device".to_string()
+                }
+            };
+            let line = format!("{}: {what}: {name} (event {})", self.name, ev.kind);
+            if is_error {
+                self.last_device_error = Some(line.clone());
+                for qp in failed {
+                    // The device has moved the QP to ERR (or will flush
+                    // nothing more on it): complete its work.
+                    self.gate.set_state(qp, QpState::Err, now);
+                }
+            }
+            self.device_events.push(line);
+        }
     }
 }
 
@@ -587,10 +705,13 @@ impl Rnic for VerbsRnic {
 
     fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
         self.mr_entry(mr)?;
-        if let Some(slot) = self.mrs.get_mut(mr.0 as usize) {
-            *slot = None;
+        match self.mrs.get_mut(mr.0 as usize).and_then(Option::take) {
+            Some(e) => e
+                .mr
+                .deregister()
+                .map_err(|err| RnicError::Device(format!("deregistering MR {}: {err}; its buffer stays pinned", mr.0))),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
@@ -602,19 +723,20 @@ impl Rnic for VerbsRnic {
     }
 
     fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
-        if attr.depth == 0 || attr.depth > self.dev.max_cqe {
+        if attr.depth == 0 || attr.depth > MAX_HOST_CQE {
             return Err(RnicError::InvalidArgument(format!(
-                "CQ depth {} out of range (1 to {})",
-                attr.depth, self.dev.max_cqe
+                "CQ depth {} out of range (1 to {MAX_HOST_CQE})",
+                attr.depth
             )));
         }
-        // Room for the CQEs the gate hides (markers, added signals), and for
-        // an ignore-overrun CQ the backend drains into its software queue.
-        let extra = if attr.ignore_overrun { attr.depth.saturating_add(64) } else { 64 };
-        let hw_depth = attr.depth.saturating_add(extra).min(self.dev.max_cqe);
-        let cq = sys::Cq::new(&self.ctx, hw_depth)?;
+        // The application's depth is the gate's host queue; the device
+        // ring grows with the QPs attached (create_qp), within max_cqe.
+        let ring = INITIAL_CQ_RING.min(self.dev.max_cqe).max(1);
+        let cq = sys::Cq::new(&self.ctx, ring, attr.ignore_overrun)?;
+        // Without the flag (rxe, older mlx5) a plain CQ: it cannot overrun
+        // either, since its ring grows with the queues attached to it.
         let handle = CqHandle(self.cqs.len() as u32);
-        self.cqs.push(Some(CqEntry { cq, users: 0 }));
+        self.cqs.push(Some(CqEntry { cq, users: 0, attached: 0, ring }));
         self.gate.add_cq(handle, attr.depth, attr.ignore_overrun);
         Ok(handle)
     }
@@ -636,8 +758,13 @@ impl Rnic for VerbsRnic {
         let rcq = self.cq_entry(attr.recv_cq)?.cq.clone();
         let c = attr.caps;
         let d = &self.dev;
-        if c.max_send_wr == 0 || c.max_send_wr > d.max_qp_wr || c.max_recv_wr > d.max_qp_wr {
-            return Err(RnicError::InvalidArgument(format!("QP depth out of range (1 to {})", d.max_qp_wr)));
+        let most_send = d.max_qp_wr.saturating_sub(MARKER_SLOTS);
+        if c.max_send_wr == 0 || c.max_send_wr > most_send || c.max_recv_wr > d.max_qp_wr {
+            return Err(RnicError::InvalidArgument(format!(
+                "QP depth out of range (send 1 to {most_send}: max_qp_wr {} less {MARKER_SLOTS} marker slots; \
+                 receive up to {})",
+                d.max_qp_wr, d.max_qp_wr
+            )));
         }
         if c.max_send_sge > d.max_sge || c.max_recv_sge > d.max_sge {
             return Err(RnicError::InvalidArgument(format!("SGE count exceeds the device's {}", d.max_sge)));
@@ -658,15 +785,42 @@ impl Rnic for VerbsRnic {
         if idx >= MAX_QPS {
             return Err(RnicError::Device(format!("this backend names at most {MAX_QPS} QPs per context")));
         }
-        // A deeper device queue than the application's leaves room for the
-        // gate's completion markers.
+        // The device queue holds the application's WQEs and the gate's
+        // completion and drain markers.
         let hw_caps = QpCaps {
-            max_send_wr: c.max_send_wr.saturating_mul(2).min(d.max_qp_wr).max(c.max_send_wr),
+            max_send_wr: c.max_send_wr + MARKER_SLOTS,
             max_recv_wr: c.max_recv_wr.max(1),
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: c.max_recv_sge.max(1),
             max_inline_data: c.max_inline_data,
         };
+        sizing::check_send_depth(
+            &self.name,
+            SqModel::of_device(&self.name),
+            d.max_qp_wr,
+            &hw_caps,
+            hw_caps.max_send_wr,
+        )?;
+        // Every WQE in the device can produce a CQE: each CQ's ring must
+        // hold those of all the queues attached to it.
+        let (scq_i, rcq_i) = (attr.send_cq.0, attr.recv_cq.0);
+        let adds: Vec<(u32, u64)> = if scq_i == rcq_i {
+            vec![(scq_i, hw_caps.max_send_wr as u64 + hw_caps.max_recv_wr as u64)]
+        } else {
+            vec![(scq_i, hw_caps.max_send_wr as u64), (rcq_i, hw_caps.max_recv_wr as u64)]
+        };
+        for &(cq, add) in &adds {
+            let e = self.cq_entry(CqHandle(cq))?;
+            let need = sizing::cq_ring_need(cq, e.attached, add, self.dev.max_cqe)?;
+            if need > e.ring {
+                // Grow by doubling (fewer resizes as QPs are added), within max_cqe.
+                let ring = need.max(e.ring.saturating_mul(2)).min(self.dev.max_cqe);
+                e.cq.resize(ring)?;
+                if let Some(e) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) {
+                    e.ring = ring;
+                }
+            }
+        }
         let qp = sys::Qp::new(&pdp, &scq, &rcq, hw_caps)?;
         let handle = QpHandle(idx);
         self.gate.add_qp(
@@ -680,12 +834,17 @@ impl Rnic for VerbsRnic {
                 sig_all: attr.sq_sig_all,
                 max_send_wr: c.max_send_wr,
                 max_recv_wr: c.max_recv_wr,
-                hw_send_depth: qp.caps().max_send_wr.max(c.max_send_wr),
+                hw_send_depth: hw_caps.max_send_wr,
             },
         )?;
         for cq in [attr.send_cq, attr.recv_cq] {
             if let Some(e) = self.cqs.get_mut(cq.0 as usize).and_then(Option::as_mut) {
                 e.users += 1;
+            }
+        }
+        for (cq, add) in adds {
+            if let Some(e) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) {
+                e.attached += add;
             }
         }
         let qp_num = qp.qp_num();
@@ -694,7 +853,9 @@ impl Rnic for VerbsRnic {
             caps: c,
             send_cq: attr.send_cq.0,
             recv_cq: attr.recv_cq.0,
+            hw_send: hw_caps.max_send_wr,
             tc: attr.traffic_class,
+            peer_rd_atomic: 0,
         }));
         Ok(Qp { handle, qp_num })
     }
@@ -731,8 +892,11 @@ impl Rnic for VerbsRnic {
                         "InfiniBand link layer: a peer on another port needs its LID, which QpEndpoint does not carry",
                     ));
                 };
+                // Both sides connect at the smaller of their MTUs.
+                let local_mtu = ibv_abi::mtu_bytes(pa.active_mtu).unwrap_or(0);
+                let path_mtu = ibv_abi::mtu_from_bytes(remote.negotiated_mtu(local_mtu)).unwrap_or(pa.active_mtu);
                 e.qp.modify(sys::QpModify::Rtr(sys::RtrAttr {
-                    path_mtu: pa.active_mtu,
+                    path_mtu,
                     dest_qp_num: remote.qp_num,
                     rq_psn: remote.psn & 0xff_ffff,
                     max_dest_rd_atomic: rd_atomic(self.dev.max_qp_rd_atom),
@@ -745,6 +909,9 @@ impl Rnic for VerbsRnic {
                     sl: e.tc,
                     dlid,
                 }))?;
+                if let Some(e) = self.qps.get_mut(qp.0 as usize).and_then(Option::as_mut) {
+                    e.peer_rd_atomic = remote.max_rd_atomic;
+                }
                 self.gate.set_state(qp, QpState::Rtr, now);
             }
             QpTransition::Rts { retry_cnt, rnr_retry } => {
@@ -759,7 +926,11 @@ impl Rnic for VerbsRnic {
                     timeout: ACK_TIMEOUT,
                     retry_cnt,
                     rnr_retry,
-                    max_rd_atomic: rd_atomic(self.dev.max_qp_init_rd_atom),
+                    // No more READs in flight than the peer's QP accepts.
+                    max_rd_atomic: rd_atomic(
+                        QpEndpoint { max_rd_atomic: e.peer_rd_atomic, ..QpEndpoint::default() }
+                            .negotiated_rd_atomic(self.dev.max_qp_init_rd_atom),
+                    ),
                 }))?;
                 self.gate.set_state(qp, QpState::Rts, now);
                 self.progress()?;
@@ -784,18 +955,21 @@ impl Rnic for VerbsRnic {
     }
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
-        let e = self.qp_entry(qp)?;
-        let cqs = [e.send_cq, e.recv_cq];
+        self.qp_entry(qp)?;
         self.gate.remove_qp(qp);
-        if let Some(slot) = self.qps.get_mut(qp.0 as usize) {
-            *slot = None;
-        }
-        for cq in cqs {
+        let Some(e) = self.qps.get_mut(qp.0 as usize).and_then(Option::take) else { return Ok(()) };
+        let recv = e.caps.max_recv_wr.max(1) as u64;
+        let detach = [(e.send_cq, e.hw_send as u64), (e.recv_cq, recv)];
+        let destroyed = e.qp.destroy();
+        for (cq, n) in detach {
             if let Some(c) = self.cqs.get_mut(cq as usize).and_then(Option::as_mut) {
                 c.users = c.users.saturating_sub(1);
+                if destroyed.is_ok() {
+                    c.attached = c.attached.saturating_sub(n);
+                }
             }
         }
-        Ok(())
+        destroyed.map_err(|err| RnicError::Device(format!("destroying QP {}: {err}; the device keeps it", qp.0)))
     }
 
     fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
@@ -863,6 +1037,7 @@ impl Rnic for VerbsRnic {
 
     fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
         self.cq_entry(cq)?;
+        self.read_async_events();
         self.reap(cq)?;
         self.progress()?;
         self.gate.poll(cq, out)
@@ -950,6 +1125,34 @@ mod tests {
         assert_eq!(port_state::DOWN, p::IBV_PORT_DOWN);
         assert_eq!(mtu_bytes(ffi::ibv_mtu::IBV_MTU_4096), Some(4096));
         assert_eq!(mtu_bytes(ffi::ibv_mtu::IBV_MTU_1024), Some(1024));
+        assert_eq!(cq_attr::MASK_FLAGS, ffi::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0);
+        assert_eq!(cq_attr::IGNORE_OVERRUN, ffi::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0);
+        use ffi::ibv_event_type as ev;
+        let events = [
+            (event::CQ_ERR, ev::IBV_EVENT_CQ_ERR),
+            (event::QP_FATAL, ev::IBV_EVENT_QP_FATAL),
+            (event::QP_REQ_ERR, ev::IBV_EVENT_QP_REQ_ERR),
+            (event::QP_ACCESS_ERR, ev::IBV_EVENT_QP_ACCESS_ERR),
+            (event::COMM_EST, ev::IBV_EVENT_COMM_EST),
+            (event::SQ_DRAINED, ev::IBV_EVENT_SQ_DRAINED),
+            (event::PATH_MIG, ev::IBV_EVENT_PATH_MIG),
+            (event::PATH_MIG_ERR, ev::IBV_EVENT_PATH_MIG_ERR),
+            (event::DEVICE_FATAL, ev::IBV_EVENT_DEVICE_FATAL),
+            (event::PORT_ACTIVE, ev::IBV_EVENT_PORT_ACTIVE),
+            (event::PORT_ERR, ev::IBV_EVENT_PORT_ERR),
+            (event::LID_CHANGE, ev::IBV_EVENT_LID_CHANGE),
+            (event::PKEY_CHANGE, ev::IBV_EVENT_PKEY_CHANGE),
+            (event::SM_CHANGE, ev::IBV_EVENT_SM_CHANGE),
+            (event::SRQ_ERR, ev::IBV_EVENT_SRQ_ERR),
+            (event::SRQ_LIMIT_REACHED, ev::IBV_EVENT_SRQ_LIMIT_REACHED),
+            (event::QP_LAST_WQE_REACHED, ev::IBV_EVENT_QP_LAST_WQE_REACHED),
+            (event::CLIENT_REREGISTER, ev::IBV_EVENT_CLIENT_REREGISTER),
+            (event::GID_CHANGE, ev::IBV_EVENT_GID_CHANGE),
+            (event::WQ_FATAL, ev::IBV_EVENT_WQ_FATAL),
+        ];
+        for (ours, theirs) in events {
+            assert_eq!(ours, theirs as u32);
+        }
         assert_eq!(transport::IB, ffi::ibv_transport_type::IBV_TRANSPORT_IB);
         assert_eq!(transport::IWARP, ffi::ibv_transport_type::IBV_TRANSPORT_IWARP);
     }

@@ -23,8 +23,79 @@ use std::sync::Arc;
 
 use rdma_sys as ffi;
 
-use crate::rnic::ibv_abi::{errno_to_error, IbvSendWr, Verb};
+use crate::rnic::ibv_abi::cq_attr::{
+    IGNORE_OVERRUN as IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN, MASK_FLAGS as IBV_CQ_INIT_ATTR_MASK_FLAGS,
+};
+use crate::rnic::ibv_abi::{errno_to_error, GidEntry, GidKind, IbvSendWr, Verb};
 use crate::rnic::{Gid, QpCaps, RnicError, Sge};
+
+/// The extended context behind `ctx` (`verbs_get_ctx` of
+/// `<infiniband/verbs.h>`), if the provider has one and it is large
+/// enough to hold the member at byte `member_offset`.
+///
+/// rdma-sys 0.3.0 reimplements this inline function in Rust
+/// (`src/verbs.rs`, `verbs_get_ctx`) with `abi_compat as usize !=
+/// u32::MAX as usize`, where rdma-core's header compares with
+/// `__VERBS_ABI_IS_EXTENDED`, `(void *)UINTPTR_MAX`: on a 64-bit host the
+/// test never matches, so every rdma-sys wrapper of an extended verb
+/// (`___ibv_query_port`, `ibv_create_cq_ex`, `ibv_query_device_ex`, ...)
+/// takes its fallback or fails with EOPNOTSUPP. This module therefore
+/// reaches the extended ops itself, through this function.
+fn verbs_ctx(ctx: NonNull<ffi::ibv_context>, member_offset: usize) -> Option<NonNull<ffi::verbs_context>> {
+    // SAFETY: `ctx` is a live context; reading one pointer-sized field.
+    let compat = unsafe { (*ctx.as_ptr()).abi_compat } as usize;
+    if compat != usize::MAX {
+        return None;
+    }
+    // SAFETY: an extended context embeds the `ibv_context` as its last
+    // member (`struct verbs_context { ...; struct ibv_context context; }`),
+    // which `abi_compat == UINTPTR_MAX` promises; stepping back by the
+    // member's offset gives the enclosing struct, as `container_of` does.
+    let vctx = unsafe {
+        (ctx.as_ptr() as *mut u8).sub(std::mem::offset_of!(ffi::verbs_context, context)) as *mut ffi::verbs_context
+    };
+    // SAFETY: `vctx` points at the provider's live extended context; `sz`
+    // says how much of it (counted back from `context`) the provider has.
+    let sz = unsafe { (*vctx).sz };
+    if sz < std::mem::size_of::<ffi::verbs_context>() - member_offset {
+        return None;
+    }
+    NonNull::new(vctx)
+}
+
+/// `_ibv_query_gid_table` (rdma-core v32+, `IBVERBS_1.11`), looked up at
+/// run time: rdma-sys binds only `ibv_*` names, and an older libibverbs
+/// does not have it. The prototype is that of `<infiniband/verbs.h>`.
+type QueryGidTable = unsafe extern "C" fn(
+    context: *mut ffi::ibv_context,
+    entries: *mut IbvGidEntry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize;
+
+/// `struct ibv_gid_entry` of `<infiniband/verbs.h>`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IbvGidEntry {
+    gid: [u8; 16],
+    gid_index: u32,
+    port_num: u32,
+    gid_type: u32,
+    ndev_ifindex: u32,
+}
+
+fn query_gid_table_fn() -> Option<QueryGidTable> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no
+    // other precondition; libibverbs is linked into this process.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_ibv_query_gid_table".as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol of that name is the function of this prototype
+    // in every libibverbs that exports it.
+    Some(unsafe { std::mem::transmute::<*mut libc::c_void, QueryGidTable>(sym) })
+}
 
 fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
@@ -218,14 +289,24 @@ impl Context {
         })
     }
 
-    /// `ibv_query_port`.
+    /// `ibv_query_port`, as the inline function of `<infiniband/verbs.h>`
+    /// does it: through the extended context's `query_port` with the
+    /// caller's struct size, else the compat symbol.
     pub fn query_port(&self, port: u8) -> Result<PortAttr, RnicError> {
         // SAFETY: `ibv_port_attr` is plain data; all-zero is a valid value.
         let mut a: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: live context; `a` is valid for writes of its full size,
-        // which is what `___ibv_query_port` passes to the provider (it is
-        // the inline `ibv_query_port` of <infiniband/verbs.h>).
-        let rc = unsafe { ffi::___ibv_query_port(self.ptr.as_ptr(), port, &mut a) };
+        let ext = verbs_ctx(self.ptr, std::mem::offset_of!(ffi::verbs_context, query_port))
+            // SAFETY: a live extended context (see `verbs_ctx`); reading a field.
+            .and_then(|v| unsafe { (*v.as_ptr()).query_port });
+        let rc = match ext {
+            // SAFETY: live context; `a` is valid for writes of the size
+            // passed, the provider writes at most that much.
+            Some(f) => unsafe { f(self.ptr.as_ptr(), port, &mut a, std::mem::size_of::<ffi::ibv_port_attr>()) },
+            // SAFETY: live context; the exported `ibv_query_port` fills the
+            // old `struct _compat_ibv_port_attr`, a prefix of `ibv_port_attr`
+            // (the fields read below all lie in it).
+            None => unsafe { ffi::ibv_query_port(self.ptr.as_ptr(), port, (&mut a as *mut ffi::ibv_port_attr).cast()) },
+        };
         if rc != 0 {
             return Err(errno_to_error(Verb::QueryPort, rc_errno(rc), 0));
         }
@@ -252,6 +333,109 @@ impl Context {
         // SAFETY: every bit pattern of the union is a valid `[u8; 16]`.
         Ok(unsafe { g.raw })
     }
+
+    /// The port's valid GID entries with their types, from
+    /// `_ibv_query_gid_table` (rdma-core v32+); `None` where the library
+    /// does not have it or it fails (the caller then reads sysfs).
+    pub fn query_gid_table(&self, port: u8, max: usize) -> Option<Vec<GidEntry>> {
+        let f = query_gid_table_fn()?;
+        let blank = IbvGidEntry { gid: [0; 16], gid_index: 0, port_num: 0, gid_type: 0, ndev_ifindex: 0 };
+        let mut buf = vec![blank; max.max(1)];
+        // SAFETY: live context; `buf` holds `buf.len()` writable entries of
+        // the size passed, and the function writes at most that many.
+        let n = unsafe { f(self.ptr.as_ptr(), buf.as_mut_ptr(), buf.len(), 0, std::mem::size_of::<IbvGidEntry>()) };
+        let n = usize::try_from(n).ok()?.min(buf.len());
+        Some(
+            buf[..n]
+                .iter()
+                .filter(|e| e.port_num == port as u32)
+                .map(|e| GidEntry { index: e.gid_index, gid: e.gid, kind: GidKind::from_ibv(e.gid_type) })
+                .collect(),
+        )
+    }
+
+    /// Makes the asynchronous event file descriptor non-blocking, so that
+    /// [`Context::next_async_event`] never waits.
+    pub fn async_nonblocking(&self) -> Result<(), RnicError> {
+        // SAFETY: live context; reading the fd field.
+        let fd = unsafe { (*self.ptr.as_ptr()).async_fd };
+        // SAFETY: fcntl on a file descriptor the context owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(RnicError::Device(format!(
+                "cannot make the async event fd non-blocking: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The next asynchronous event, if one is pending (`ibv_get_async_event`
+    /// on the non-blocking fd, then `ibv_ack_async_event`): its raw
+    /// `ibv_event_type` and what it names.
+    pub fn next_async_event(&self) -> Option<RawAsyncEvent> {
+        // SAFETY: plain data (a union of pointers and an int, and a u32);
+        // all-zero is a valid value.
+        let mut ev: AsyncEventC = unsafe { std::mem::zeroed() };
+        // SAFETY: live context; `ev` has the layout of `ibv_async_event`
+        // (with the enum read as the `u32` C writes, so an event type this
+        // build does not know is a value, not undefined behaviour) and is
+        // valid for writes. The fd is non-blocking, so the call returns -1
+        // (EAGAIN) when none is pending.
+        let rc = unsafe { ffi::ibv_get_async_event(self.ptr.as_ptr(), (&mut ev as *mut AsyncEventC).cast()) };
+        if rc != 0 {
+            return None;
+        }
+        let kind = ev.event_type;
+        let what = crate::rnic::ibv_abi::async_event_subject(kind);
+        // SAFETY: the union member that `event_type` says is set; the QP
+        // and CQ are live until the event is acknowledged (below).
+        let subject = unsafe {
+            match what {
+                crate::rnic::ibv_abi::AsyncSubject::Qp => {
+                    let qp = ev.element.qp;
+                    AsyncElement::Qp(if qp.is_null() { 0 } else { (*qp).qp_num })
+                }
+                crate::rnic::ibv_abi::AsyncSubject::Cq => AsyncElement::Cq(ev.element.cq as usize),
+                crate::rnic::ibv_abi::AsyncSubject::Port => AsyncElement::Port(ev.element.port_num as u32),
+                crate::rnic::ibv_abi::AsyncSubject::Device => AsyncElement::Device,
+            }
+        };
+        // SAFETY: the event came from ibv_get_async_event and is acked once.
+        unsafe { ffi::ibv_ack_async_event((&mut ev as *mut AsyncEventC).cast()) };
+        Some(RawAsyncEvent { kind, element: subject })
+    }
+}
+
+/// `struct ibv_async_event` with its `enum ibv_event_type` as the plain
+/// `u32` it is in C (rdma-sys declares a Rust enum there).
+#[repr(C)]
+struct AsyncEventC {
+    element: ffi::ibv_async_event_element_t,
+    event_type: u32,
+}
+
+/// What an asynchronous event names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncElement {
+    /// A QP, by number.
+    Qp(u32),
+    /// A CQ, by the address of its `struct ibv_cq` ([`Cq::raw_addr`]).
+    Cq(usize),
+    /// A port.
+    Port(u32),
+    /// The device.
+    Device,
+}
+
+/// One asynchronous event, copied out of `struct ibv_async_event`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawAsyncEvent {
+    /// `enum ibv_event_type`.
+    pub kind: u32,
+    /// What it names.
+    pub element: AsyncElement,
 }
 
 impl Drop for Context {
@@ -332,6 +516,7 @@ pub struct Mr {
     len: usize,
     lkey: u32,
     rkey: u32,
+    released: bool,
 }
 
 // SAFETY: see `Context`; the buffer is reached only by raw copies.
@@ -352,7 +537,7 @@ impl Mr {
         let ptr = NonNull::new(p).ok_or_else(|| errno_to_error(Verb::RegMr, last_errno(), 0))?;
         // SAFETY: `ptr` is the live `struct ibv_mr` just returned.
         let (lkey, rkey) = unsafe { ((*ptr.as_ptr()).lkey, (*ptr.as_ptr()).rkey) };
-        Ok(Mr { ptr, buf: Some(buf), pd: pd.clone(), len, lkey, rkey })
+        Ok(Mr { ptr, buf: Some(buf), pd: pd.clone(), len, lkey, rkey, released: false })
     }
 
     /// Virtual address of the first byte.
@@ -400,15 +585,34 @@ impl Mr {
     }
 }
 
-impl Drop for Mr {
-    fn drop(&mut self) {
-        // SAFETY: the MR is live and deregistered once.
+impl Mr {
+    /// `ibv_dereg_mr`, reporting a failure (the buffer and the PD are then
+    /// kept forever, since the NIC may still reach the buffer).
+    pub fn deregister(mut self) -> Result<(), RnicError> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<(), RnicError> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        // SAFETY: the MR is live and deregistered once (`released`).
         let rc = unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
         if rc != 0 {
             // The NIC may still reach the buffer: never free it, keep the PD.
             std::mem::forget(self.buf.take());
             std::mem::forget(self.pd.clone());
+            return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
         }
+        Ok(())
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // A failure is already handled (by leaking); nobody to tell here.
+        let _ = self.release();
     }
 }
 
@@ -447,6 +651,7 @@ impl WcBuf {
 pub struct Cq {
     ptr: NonNull<ffi::ibv_cq>,
     ctx: Arc<Context>,
+    ignore_overrun: bool,
 }
 
 // SAFETY: see `Context`.
@@ -455,13 +660,62 @@ unsafe impl Send for Cq {}
 unsafe impl Sync for Cq {}
 
 impl Cq {
-    /// `ibv_create_cq` with at least `depth` entries.
-    pub fn new(ctx: &Arc<Context>, depth: u32) -> Result<Arc<Cq>, RnicError> {
+    /// `ibv_create_cq` with at least `depth` entries. With `ignore_overrun`,
+    /// first `ibv_create_cq_ex` with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`
+    /// (called through the extended context: see [`verbs_ctx`]); where the
+    /// provider has no such CQ (rxe, older mlx5), a plain one, which
+    /// [`Cq::ignores_overrun`] then says.
+    pub fn new(ctx: &Arc<Context>, depth: u32, ignore_overrun: bool) -> Result<Arc<Cq>, RnicError> {
         let n = c_int::try_from(depth).map_err(|_| RnicError::InvalidArgument(format!("CQ depth {depth}")))?;
+        if ignore_overrun {
+            if let Some(ptr) = Self::create_ex_ignore_overrun(ctx, depth) {
+                return Ok(Arc::new(Cq { ptr, ctx: ctx.clone(), ignore_overrun: true }));
+            }
+        }
         // SAFETY: live context; no completion channel, no user context.
         let p = unsafe { ffi::ibv_create_cq(ctx.ptr.as_ptr(), n, ptr::null_mut(), ptr::null_mut(), 0) };
         let ptr = NonNull::new(p).ok_or_else(|| errno_to_error(Verb::CreateCq, last_errno(), 0))?;
-        Ok(Arc::new(Cq { ptr, ctx: ctx.clone() }))
+        Ok(Arc::new(Cq { ptr, ctx: ctx.clone(), ignore_overrun: false }))
+    }
+
+    fn create_ex_ignore_overrun(ctx: &Arc<Context>, depth: u32) -> Option<NonNull<ffi::ibv_cq>> {
+        let vctx = verbs_ctx(ctx.ptr, std::mem::offset_of!(ffi::verbs_context, create_cq_ex))?;
+        // SAFETY: a live extended context; reading a field.
+        let create = unsafe { (*vctx.as_ptr()).create_cq_ex }?;
+        // SAFETY: plain data; all-zero is a valid value (no channel, no
+        // parent domain).
+        let mut attr: ffi::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
+        attr.cqe = depth;
+        attr.wc_flags = 0;
+        attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+        attr.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+        // SAFETY: live context; `attr` is valid for the call. The returned
+        // `ibv_cq_ex` starts with the `ibv_cq` fields (`ibv_cq_ex_to_cq` is
+        // a cast), and is destroyed with `ibv_destroy_cq` and polled with
+        // `ibv_poll_cq` like any CQ.
+        let p = unsafe { create(ctx.ptr.as_ptr(), &mut attr) };
+        NonNull::new(p.cast::<ffi::ibv_cq>())
+    }
+
+    /// Whether the device drops CQEs on overrun instead of failing the CQ.
+    pub fn ignores_overrun(&self) -> bool {
+        self.ignore_overrun
+    }
+
+    /// The address of the `struct ibv_cq`, as asynchronous events name it.
+    pub fn raw_addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// `ibv_resize_cq` to at least `depth` entries.
+    pub fn resize(&self, depth: u32) -> Result<(), RnicError> {
+        let n = c_int::try_from(depth).map_err(|_| RnicError::InvalidArgument(format!("CQ depth {depth}")))?;
+        // SAFETY: live CQ; the provider keeps the CQEs already in it.
+        let rc = unsafe { ffi::ibv_resize_cq(self.ptr.as_ptr(), n) };
+        if rc != 0 {
+            return Err(errno_to_error(Verb::ResizeCq, rc_errno(rc), 0));
+        }
+        Ok(())
     }
 
     /// `ibv_poll_cq` for up to the buffer's size; appends to `out`.
@@ -470,7 +724,12 @@ impl Cq {
         // SAFETY: live CQ; the buffer holds `n` writable `ibv_wc`s.
         let got = unsafe { ffi::ibv_poll_cq(self.ptr.as_ptr(), n, buf.0.as_mut_ptr()) };
         if got < 0 {
-            return Err(errno_to_error(Verb::PollCq, -got, 0));
+            // Not an errno: providers return -1 (mlx5: a CQE it cannot
+            // parse, or a CQ in error after an overrun) without setting it.
+            return Err(RnicError::Device(format!(
+                "ibv_poll_cq failed (returned {got}): the completion queue is in error \
+                 (an overrun, or a device error: see the async events)"
+            )));
         }
         let got = (got as usize).min(buf.0.len());
         for wc in &buf.0[..got] {
@@ -584,6 +843,7 @@ pub struct Qp {
     recv_cq: Arc<Cq>,
     qp_num: u32,
     caps: QpCaps,
+    released: bool,
 }
 
 // SAFETY: see `Context`.
@@ -620,7 +880,15 @@ impl Qp {
             max_recv_sge: a.cap.max_recv_sge,
             max_inline_data: a.cap.max_inline_data,
         };
-        Ok(Qp { ptr, pd: pd.clone(), send_cq: send_cq.clone(), recv_cq: recv_cq.clone(), qp_num, caps: actual })
+        Ok(Qp {
+            ptr,
+            pd: pd.clone(),
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            qp_num,
+            caps: actual,
+            released: false,
+        })
     }
 
     /// The QP number.
@@ -827,17 +1095,36 @@ fn bad_index(bad: usize, base: usize, size: usize, n: usize) -> usize {
     bad.checked_sub(base).map(|d| d / size.max(1)).filter(|&i| i < n).unwrap_or(0)
 }
 
-impl Drop for Qp {
-    fn drop(&mut self) {
-        // SAFETY: the QP is live and destroyed once; its PD and CQs are kept
-        // alive by the Arcs this struct holds until after this call.
+impl Qp {
+    /// `ibv_destroy_qp`, reporting a failure (the QP's PD and CQs are then
+    /// kept forever, since the device still references them).
+    pub fn destroy(mut self) -> Result<(), RnicError> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<(), RnicError> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        // SAFETY: the QP is live and destroyed once (`released`); its PD and
+        // CQs are kept alive by the Arcs this struct holds until after this.
         let rc = unsafe { ffi::ibv_destroy_qp(self.ptr.as_ptr()) };
         if rc != 0 {
             // The device still holds the QP: keep what it references.
             std::mem::forget(self.pd.clone());
             std::mem::forget(self.send_cq.clone());
             std::mem::forget(self.recv_cq.clone());
+            return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
         }
+        Ok(())
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // A failure is already handled (by leaking); nobody to tell here.
+        let _ = self.release();
     }
 }
 
@@ -850,6 +1137,16 @@ mod tests {
         assert_eq!(bad_index(1000 + 3 * 128, 1000, 128, 5), 3);
         assert_eq!(bad_index(0, 1000, 128, 5), 0, "NULL bad_wr");
         assert_eq!(bad_index(1000 + 9 * 128, 1000, 128, 5), 0, "outside the list");
+    }
+
+    #[test]
+    fn hand_written_structs_match_the_headers() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(size_of::<AsyncEventC>(), size_of::<ffi::ibv_async_event>());
+        assert_eq!(align_of::<AsyncEventC>(), align_of::<ffi::ibv_async_event>());
+        // struct ibv_gid_entry: a 16 B GID and four u32s.
+        assert_eq!(size_of::<IbvGidEntry>(), 32);
+        assert_eq!(size_of::<IbvGidEntry>(), size_of::<ffi::ibv_gid_entry>());
     }
 
     #[test]
