@@ -325,7 +325,9 @@ fn a_flooding_tenant_is_back_pressured_and_the_ping_pong_keeps_its_latency_under
 /// whose full queues let no new request in for a while, keeps its class.
 #[test]
 fn the_pre_classification_flood_window_is_bounded_by_the_nics_round_robin_and_closes() {
-    let pings = 3_000;
+    // Enough pings to outlast the window even when `perf` splits the
+    // flooder's messages from the start (about 1.6 us each at best).
+    let pings = 12_000;
     let alone = lat_run(Pol::Perf, false, 0, 300).median_ns(0, u64::MAX);
     let run = lat_run(Pol::Perf, true, 0, pings);
     let window = run.median_ns(0, DRAIN_NS);
