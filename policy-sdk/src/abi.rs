@@ -314,7 +314,7 @@ mod tests {
         let mut b = [0xAAu8; PLAN_SIZE];
         encode_plan(&plan, &mut b);
         assert_eq!(decode_plan(&b), Ok(plan));
-        assert_eq!(&b[44..48], &[0; 4], "padding is zeroed");
+        assert_eq!(&b[44..48], &[48, 0, 7, 0], "the windows (ABI 1.3), little-endian u16s");
         b[40] = 7;
         assert_eq!(decode_plan(&b), Err(DecodeError::BadClass(7)));
         assert_eq!(decode_plan(&b[..PLAN_SIZE - 1]), Err(DecodeError::Short));
