@@ -75,8 +75,12 @@ cat <<'HDR'
 ## Experiment 3: B_App_single + B_App_multi, 1 to 20 QPs
 
 The NIC round-robins QPs, so without isolation the multi-QP tenant's share
-grows with its QP count; `perf` caps active QPs per tenant and rotates the
-rest in through in-NIC hand-offs. One scenario file per QP count.
+grows with its QP count. `perf` follows PeRF's own rule (docs/policies.md):
+each tenant keeps 2 active QPs plus a share of the spare ones under
+`max_qps_limit`, rotated through in-NIC hand-offs, so with 2 or more QPs
+the multi-QP tenant keeps about two thirds, as PeRF does; `fairshare`
+shares the wire by fair admission whatever the QP counts
+([isolation.md](isolation.md)). One scenario file per QP count.
 With 10 or 20 QPs of 128 outstanding 1 MB messages each, the multi-QP
 tenant has more bytes in flight than the 50 ms window moves, so its
 completion-counted Gb/s is coarse: completions bunch, and over one window
