@@ -225,17 +225,21 @@ pub struct TenantPlan {
     pub split_threshold: u64,
     /// The class the policy assigned (reported, not enforced).
     pub class: TenantClass,
-    /// In-flight window (ABI 1.3), KiB: the most payload bytes of the
-    /// tenant's WRITE and SEND WQEs (chunks and whole messages, each
-    /// counted with [`limits::WQE_OVERHEAD_BYTES`] per packet) posted to
-    /// the NIC and not yet completed; more is held in software, in order.
-    /// A WQE is posted while the tenant is below its window, so it may go
-    /// over by one WQE. 0 = no window. These bytes were padding before, so
-    /// a 1.2 module leaves them 0.
+    /// In-flight window for WRITE and SEND data (ABI 1.3), KiB; 0 = none.
+    /// A tenant with a window in either direction posts its data through
+    /// the dataplane's fair admission: the payload bytes (plus
+    /// [`limits::WQE_OVERHEAD_BYTES`] per packet) of the data WQEs that all
+    /// such tenants have posted and not completed stay below the largest
+    /// of their windows, a WQE being posted while the total is below it
+    /// (so it may go over by one WQE), and the room completions free goes
+    /// to the tenants in weighted deficit round robin. A tenant with
+    /// nothing in flight in a direction may always post one WQE there.
+    /// More is held in software, in order. These bytes were padding
+    /// before, so a 1.2 module leaves them 0.
     pub window_kib: u16,
-    /// In-flight window for the tenant's READs (ABI 1.3), KiB: the bytes
-    /// of READ responses requested and not yet completed (the responder's
-    /// wire, which the requester does not schedule). 0 = no window.
+    /// The same for READs (ABI 1.3), KiB: the bytes of READ responses
+    /// requested and not yet completed (the responder's wire, which the
+    /// requester does not schedule). 0 = none.
     pub read_window_kib: u16,
 }
 

@@ -120,8 +120,8 @@ pub struct DataplaneCounters {
     pub wqes_posted: u64,
     /// Data WQEs posted (chunks and whole messages).
     pub data_wqes: u64,
-    /// Times a QP stopped posting because its tenant's in-flight window
-    /// was full (the plan's `window_kib` / `read_window_kib`).
+    /// Times fair admission stopped a tenant because the shared in-flight
+    /// budget was full (the plans' `window_kib` / `read_window_kib`).
     pub window_holds: u64,
     /// Zero-weight WRs posted.
     pub zero_weight_wrs: u64,
@@ -225,7 +225,8 @@ pub struct Dataplane<R: Rnic> {
     qps: Vec<DpQp>,
     policy: PolicyHost,
     plans: Vec<TenantPlan>,
-    /// Some plan has an in-flight window (posting then rotates over QPs).
+    /// Some plan has an in-flight window: those tenants' data goes through
+    /// fair admission (`admission.rs`).
     windowed: bool,
     /// The tenant fair admission serves first in the next round.
     admit_next: usize,

@@ -10,27 +10,27 @@
 //! policy decides that, with two mechanisms of the dataplane and no
 //! classification:
 //!
-//! - **In-flight windows** (ABI 1.3): each tenant may have at most its
-//!   window of bytes posted and not completed, one window for WRITE / SEND
-//!   (the requester's wire) and one for READ (the responder's wire). The
-//!   windows are a fixed budget per direction, large enough to cover the
-//!   NIC's pipeline (so the wire never waits for the host) and small
-//!   enough that what queues in the NIC ahead of a new message is short.
-//!   Every tick the budget is water-filled among the tenants with work:
-//!   a tenant that would put less in flight than its weighted share (a
-//!   ping-pong, a sparse sender) gets what it needs, the rest is split by
-//!   weight. A tenant's QP count does not matter: its QPs share its window.
+//! - **Fair admission under a shared in-flight budget** (ABI 1.3 windows,
+//!   the dataplane's `engine/admission.rs`): the bytes all tenants have
+//!   posted and not completed stay under a budget per direction (WRITE /
+//!   SEND on the requester's wire, READ responses on the responder's),
+//!   large enough to cover the NIC's pipeline (so the wire does not wait
+//!   for the host) and small enough that what queues in the NIC ahead of a
+//!   new message is short. The room completions free goes to the tenants
+//!   in weighted deficit round robin, in bytes, so a tenant's QP count,
+//!   message size and round-trip time do not change its share; a tenant
+//!   with nothing in flight (a ping-pong, a sparse sender) posts at once.
+//!   The budget shrinks while a latency-bound tenant's latency rises
+//!   above its best, and grows back otherwise.
 //! - **Sub-requests with a zero-weight WR after each**: every WRITE or READ
 //!   larger than one chunk is split into chunks (every tenant alike: there
 //!   is no size below which a tenant escapes), and the zero-weight WR ends
 //!   the QP's NIC turn after one chunk, so a small message waits for at
 //!   most one chunk of each QP in the NIC. A SEND consumes one RECV and
-//!   stays whole (the receiver's RECV would have to be split too); its
-//!   window still bounds how much of it the tenant has in flight.
+//!   stays whole (the receiver's RECV would have to be split too).
 //!
-//! Work conservation follows from the windows being shares of a budget
-//! that covers the pipeline: a tenant alone gets the whole budget, and
-//! tenants without work hold none of it.
+//! Work conservation follows from the budget covering the pipeline: a
+//! tenant alone gets all of it, and tenants without work hold none.
 //!
 //! One crate, two uses: the dataplane's built-in `fairshare` and, through
 //! [`export_policy!`], the `fairshare.wasm` module (`--policy wasm:fairshare`).
@@ -87,8 +87,6 @@ impl Default for FairShareParams {
 pub struct FairShare {
     /// Its parameters.
     pub params: FairShareParams,
-    /// Per tenant: its largest message seen since the last tick.
-    largest: [u64; MAX_TENANTS],
     /// Per tenant: its lowest mean latency in a tick, ns (0: none yet).
     base_latency: [u64; MAX_TENANTS],
     /// The budgets in force, bytes (WRITE / SEND, READ).
@@ -104,7 +102,7 @@ impl Default for FairShare {
 impl FairShare {
     /// The policy with `params`.
     pub fn new(params: FairShareParams) -> Self {
-        FairShare { params, largest: [0; MAX_TENANTS], base_latency: [0; MAX_TENANTS], budget: [0; 2] }
+        FairShare { params, base_latency: [0; MAX_TENANTS], budget: [0; 2] }
     }
 
     /// Whether some sparse tenant (one that keeps at most a chunk in
@@ -114,7 +112,7 @@ impl FairShare {
     fn sparse_tenant_hurt(&mut self, stats: &[TenantStats], n: usize) -> bool {
         let mut hurt = false;
         for (i, s) in stats.iter().enumerate().take(n) {
-            let sparse = Self::demand(s, self.largest[i]) <= 2 * self.params.chunk_bytes as u64;
+            let sparse = Self::demand(s) <= 2 * self.params.chunk_bytes as u64;
             if !sparse || s.completed < 4 || s.mean_latency_ns == 0 {
                 continue;
             }
@@ -130,11 +128,10 @@ impl FairShare {
     /// What a tenant would put in flight unconstrained, bytes: its QPs with
     /// work times their depth times its message size (plus the per-packet
     /// overhead the windows count), at least one message.
-    fn demand(s: &TenantStats, largest: u64) -> u64 {
+    fn demand(s: &TenantStats) -> u64 {
         let msg = (s.ewma_msg_bytes as u64).max(1);
         let per = msg + msg.div_ceil(4096).max(1) * limits::WQE_OVERHEAD_BYTES;
-        let want = per.saturating_mul(s.backlogged_qps.max(1) as u64).saturating_mul(s.max_depth.max(1) as u64);
-        want.max(largest.min(per))
+        per.saturating_mul(s.backlogged_qps.max(1) as u64).saturating_mul(s.max_depth.max(1) as u64)
     }
 }
 
@@ -144,11 +141,7 @@ impl Policy for FairShare {
     }
 
     fn on_request(&mut self, req: &RequestInfo, _plan: &TenantPlan) -> SplitPlan {
-        let t = req.tenant as usize;
         let read = req.op == RequestOp::Read;
-        if let Some(l) = self.largest.get_mut(t) {
-            *l = (*l).max(req.len);
-        }
         let chunk = if read { self.params.read_chunk_bytes } else { self.params.chunk_bytes };
         if req.op == RequestOp::Send || req.len <= chunk as u64 {
             SplitPlan::WHOLE
@@ -174,7 +167,7 @@ impl Policy for FairShare {
             *b = if hurt { (*b * 7 / 8).max(floor) } else { (*b + max / 8).min(max) };
             kib[dir] = b.div_ceil(1024).clamp(1, u16::MAX as u64) as u16;
         }
-        for (i, p) in plans.iter_mut().enumerate().take(n) {
+        for p in plans.iter_mut().take(n) {
             *p = TenantPlan {
                 split: SplitPlan {
                     chunk_bytes: self.params.chunk_bytes,
@@ -185,10 +178,6 @@ impl Policy for FairShare {
                 read_window_kib: kib[1],
                 ..TenantPlan::PASSTHROUGH
             };
-            // What a tenant sends is remembered while it has work.
-            if stats[i].backlogged_qps == 0 {
-                self.largest[i] = 0;
-            }
         }
     }
 

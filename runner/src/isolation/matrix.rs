@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::cells::{cells, Cell};
 use super::contract::{entitlements, judge, Verdict, LATENCY_CEILING, THROUGHPUT_FLOOR};
+use super::entitlement::Costs;
 use crate::compare_cmd::{split_hw, split_policies};
 use crate::report::{Report, TenantReport};
 use crate::run_cmd::{parse_hw, run_scenario_with, RunOptions};
@@ -183,7 +184,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let requires = a.require.iter().map(|r| parse_require(r, &configs)).collect::<anyhow::Result<Vec<_>>>()?;
     let m = run_matrix(&grid, &configs, &profile, a.threads)?;
-    let m = Matrix { profile: a.profile.clone(), duration_ms: a.duration_ms, warmup_ms: a.warmup_ms, ..m };
     print!("{}", table(&m, a.verbose));
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&m)?)
@@ -283,14 +283,9 @@ pub fn run_matrix(
     for (c, cell) in grid.iter().enumerate() {
         let sc = &cell.scenario;
         let entitled = entitlements(profile, &sc.tenants, &alone);
-        let backlogged = (0..3).any(|r| {
-            sc.tenants
-                .iter()
-                .zip(&entitled)
-                .map(|(t, e)| e.demand_mpps * 1e6 * super::entitlement::Costs::of(profile, t).per_msg[r])
-                .sum::<f64>()
-                > 0.9
-        });
+        let costs: Vec<Costs> = sc.tenants.iter().map(|t| Costs::of(profile, t)).collect();
+        let backlogged = (0..3)
+            .any(|r| costs.iter().zip(&entitled).map(|(c, e)| e.demand_mpps * 1e6 * c.per_msg[r]).sum::<f64>() > 0.9);
         let window = ((sc.warmup_ms * 1e6) as u64, (sc.duration_ms * 1e6) as u64);
         let mut rows = Vec::new();
         let mut base = 0.0;
@@ -329,7 +324,9 @@ pub fn run_matrix(
         cells_out.push(CellResult { cell: cell.name.clone(), backlogged, rows });
     }
     let summary = configs.iter().map(|(config, _, _)| summarize(config, &cells_out)).collect();
-    Ok(Matrix { profile: profile.name.to_string(), duration_ms: 0.0, warmup_ms: 0.0, summary, cells: cells_out })
+    // Every cell of a grid runs for the same time.
+    let (duration_ms, warmup_ms) = grid.first().map_or((0.0, 0.0), |c| (c.scenario.duration_ms, c.scenario.warmup_ms));
+    Ok(Matrix { profile: profile.name.to_string(), duration_ms, warmup_ms, summary, cells: cells_out })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
