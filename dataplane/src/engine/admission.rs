@@ -13,12 +13,24 @@
 //! completions, are shared by weight in bytes (payload plus the
 //! per-packet overhead), whatever each tenant's round-trip time.
 //! A tenant with nothing in flight in a direction may always post one
-//! WQE there: a ping-pong or a sparse sender never waits for room.
+//! WQE there, and a tenant holding less than its reservation (8 KiB x its
+//! weight, at most its weighted share of the budget among the tenants
+//! with work) may post whatever the others hold: a ping-pong or a sparse
+//! sender never waits for room, even with a message already in flight.
+//! The budget is exceeded by at most the reservations, which are bounded
+//! by it. Beyond its reservation a tenant waits its turn, so the shares
+//! of backlogged tenants stay those of the deficit round robin (holding
+//! its weighted share of the in-flight bytes would not give a tenant its
+//! share of the throughput: the NIC serves one WQE per QP per turn, so a
+//! tenant with few QPs would see its WQEs wait longer than one with many).
 
 use super::*;
 
 /// Bytes a tenant of weight 1 may admit per visit.
 const QUANTUM_BYTES: i64 = 16 * 1024;
+
+/// In-flight bytes a tenant of weight 1 may hold whatever the others hold.
+const RESERVED_BYTES: u64 = 8 * 1024;
 
 impl<R: Rnic> Dataplane<R> {
     /// Admits the windowed tenants' data (see the module comment). Returns
@@ -27,6 +39,7 @@ impl<R: Rnic> Dataplane<R> {
         let n = self.tenants.len();
         let mut budget = [0u64; 2];
         let mut total = [0u64; 2];
+        let mut weights = 0u64;
         for (t, ts) in self.tenants.iter().enumerate() {
             let p = &self.plans[t];
             if !p.windowed() {
@@ -36,7 +49,11 @@ impl<R: Rnic> Dataplane<R> {
             budget[1] = budget[1].max(p.read_window_kib as u64 * 1024);
             total[0] += ts.inflight[0];
             total[1] += ts.inflight[1];
+            if ts.inflight != [0, 0] || ts.qps.iter().any(|&qi| self.qps[qi].has_work()) {
+                weights += ts.weight.max(1) as u64;
+            }
         }
+        let weights = weights.max(1);
         let mut did = false;
         let mut stopped_at = None;
         loop {
@@ -57,7 +74,10 @@ impl<R: Rnic> Dataplane<R> {
                 while self.tenants[t].deficit > 0 {
                     let read = self.qps[qi].next_is_read();
                     let dir = read as usize;
-                    let open = budget[dir] == 0 || total[dir] < budget[dir] || self.tenants[t].inflight[dir] == 0;
+                    let held = self.tenants[t].inflight[dir];
+                    let w = self.tenants[t].weight.max(1) as u64;
+                    let reserved = (budget[dir] * w / weights).min(RESERVED_BYTES * w);
+                    let open = budget[dir] == 0 || total[dir] < budget[dir] || held == 0 || held < reserved;
                     if !open {
                         self.counters.window_holds += 1;
                         stopped_at.get_or_insert(t);
