@@ -3,9 +3,8 @@
 //! with the NIC kept busy (`docs/policies.md#fairshare`,
 //! `docs/isolation.md`).
 //!
-//! The NIC round-robins the QPs that have work in it, one turn each, and
-//! serves a READ's response from the responder's port in the order the
-//! requests arrived. So what a tenant gets, and what a small message
+//! The NIC round-robins the QPs that have work in it, one turn each, on
+//! both hosts (a READ's response takes turns of the responder QP). So what a tenant gets, and what a small message
 //! waits behind, is decided by what each tenant has *in* the NIC. This
 //! policy decides that, with two mechanisms of the dataplane and no
 //! classification:

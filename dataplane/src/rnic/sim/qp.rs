@@ -125,8 +125,28 @@ pub(crate) struct SimQp {
     pub resp_lost_at: Option<u64>,
     /// Positive ACKs of this generation that were lost.
     pub acks_lost: u32,
+    /// Responder side: READ responses still to send, oldest first. They
+    /// take turns of this QP in the send scheduler, like its own WQEs.
+    pub responses: VecDeque<ReadResponse>,
+    /// Whether this QP's last data turn sent a READ response (the next
+    /// goes to its own send queue if that is ready: neither starves).
+    pub last_turn_responded: bool,
     /// Counters.
     pub stats: QpCounters,
+}
+
+/// A READ response the responder QP still has to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadResponse {
+    /// The requester's host and QP index.
+    pub req_host: usize,
+    pub req_qp: u32,
+    /// The requester's WQE (absolute index) and go-back-N generation.
+    pub wqe: u64,
+    pub epoch: u32,
+    /// Response payload bytes, and how many of them earlier turns sent.
+    pub len: u64,
+    pub sent: u64,
 }
 
 /// Per-QP counters, as the NIC's own counters would report them.
@@ -183,6 +203,8 @@ impl SimQp {
             req_lost_at: None,
             resp_lost_at: None,
             acks_lost: 0,
+            responses: VecDeque::new(),
+            last_turn_responded: false,
             stats: QpCounters::default(),
         }
     }

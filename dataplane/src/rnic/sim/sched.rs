@@ -83,7 +83,18 @@ impl World {
         }
     }
 
+    /// What the QP offers the scheduler: a READ response to send, or its
+    /// send queue's head.
     fn head(&self, h: usize, qi: u32) -> Head {
+        let Some(q) = self.qp(h, qi) else { return Head::Idle };
+        if !q.responses.is_empty() && matches!(q.state, QpState::Rtr | QpState::Rts) {
+            return Head::Ready { ctrl: false };
+        }
+        self.sq_head(h, qi)
+    }
+
+    /// What the QP's send queue head allows.
+    fn sq_head(&self, h: usize, qi: u32) -> Head {
         let Some(q) = self.qp(h, qi) else { return Head::Idle };
         if q.state != QpState::Rts {
             return Head::Idle;
@@ -262,7 +273,13 @@ impl World {
             }
             match self.head(h, qi) {
                 Head::Ready { ctrl: c } if c == ctrl => {
-                    let n = if ctrl { self.exec_ctrl(h, qi) } else { self.exec_data_turn(h, qi) };
+                    let n = if ctrl {
+                        self.exec_ctrl(h, qi)
+                    } else if self.responds_now(h, qi) {
+                        self.exec_response_turn(h, qi)
+                    } else {
+                        self.exec_data_turn(h, qi)
+                    };
                     let busy = self.now + n as Ps * self.prof.sched_wqe_ps;
                     let s = &mut self.hosts[h].sched;
                     s.busy_until = busy;
@@ -327,8 +344,11 @@ impl World {
         let (max_wqes, max_bytes) = (self.prof.turn_max_wqes, self.prof.turn_max_bytes as u64);
         let mut n = 0u32;
         let mut bytes = 0u64;
+        if let Some(q) = self.qp_mut(h, qi) {
+            q.last_turn_responded = false;
+        }
         while n < max_wqes && bytes < max_bytes {
-            if n > 0 && !matches!(self.head(h, qi), Head::Ready { ctrl: false }) {
+            if n > 0 && !matches!(self.sq_head(h, qi), Head::Ready { ctrl: false }) {
                 break;
             }
             let Some(q) = self.qp(h, qi) else { break };
@@ -383,6 +403,50 @@ impl World {
         }
         self.advance_processing(h, qi);
         n.max(1)
+    }
+
+    /// Whether the QP's data turn goes to a READ response: it has one, and
+    /// its send queue is not ready or had the QP's last turn.
+    fn responds_now(&self, h: usize, qi: u32) -> bool {
+        let Some(q) = self.qp(h, qi) else { return false };
+        !q.responses.is_empty() && (!q.last_turn_responded || !matches!(self.sq_head(h, qi), Head::Ready { ctrl: false }))
+    }
+
+    /// Sends up to a turn's bytes of the QP's oldest READ response.
+    /// Returns the WQEs it touched (1).
+    fn exec_response_turn(&mut self, h: usize, qi: u32) -> u32 {
+        let max_bytes = self.prof.turn_max_bytes as u64;
+        let Some(q) = self.qp_mut(h, qi) else { return 1 };
+        let tc = q.tc;
+        q.last_turn_responded = true;
+        let Some(r) = q.responses.front_mut() else { return 1 };
+        let take = (r.len - r.sent).min(max_bytes);
+        let first = r.sent == 0;
+        r.sent += take;
+        let resp = *r;
+        let last = resp.sent >= resp.len;
+        if last {
+            q.responses.pop_front();
+        }
+        let seg = Seg {
+            src_host: h,
+            dst_host: resp.req_host,
+            qp: resp.req_qp,
+            wqe: resp.wqe,
+            epoch: resp.epoch,
+            bytes: take as u32,
+            pkts: self.pkts_for(take as u32),
+            sent_pkts: 0,
+            first_extra: if first { 4 } else { 0 },
+            last,
+            kind: SegKind::ReadResponse,
+            tc,
+        };
+        self.hosts[h].sched.counters.data_dispatches += 1;
+        // A response for a requester generation that is gone is dropped
+        // when its turn comes (the wire drops it too: `seg_alive`).
+        self.enqueue_seg(seg);
+        1
     }
 
     /// Marks a WQE failed and completes in order (which errors the QP).

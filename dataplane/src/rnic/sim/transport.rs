@@ -6,7 +6,7 @@
 use smallvec::SmallVec;
 
 use super::memory::Span;
-use super::qp::PeerRef;
+use super::qp::{PeerRef, ReadResponse};
 use super::qp::WqeStage;
 use super::wire::{Seg, SegKind};
 use super::world::{Answer, Event, World};
@@ -155,22 +155,13 @@ impl World {
                     return nak(self, WcStatus::RemAccessErr);
                 }
                 self.executed(r, peer.qp, seg.wqe);
-                let tc = self.qp(r, peer.qp).map_or(0, |rq| rq.tc);
-                let resp = Seg {
-                    src_host: r,
-                    dst_host: h,
-                    qp: qi,
-                    wqe: seg.wqe,
-                    epoch: seg.epoch,
-                    bytes: len as u32,
-                    pkts: self.pkts_for(len as u32),
-                    sent_pkts: 0,
-                    first_extra: 4,
-                    last: true,
-                    kind: SegKind::ReadResponse,
-                    tc,
-                };
-                self.enqueue_seg(resp);
+                // The response is sent by the responder QP, in turns its
+                // host's send scheduler grants like any other.
+                let resp = ReadResponse { req_host: h, req_qp: qi, wqe: seg.wqe, epoch: seg.epoch, len, sent: 0 };
+                if let Some(rq) = self.qp_mut(r, peer.qp) {
+                    rq.responses.push_back(resp);
+                }
+                self.requeue(r, peer.qp);
             }
             WrOpcode::Wait { .. } | WrOpcode::SendEnable { .. } | WrOpcode::Nop => {}
         }
@@ -412,6 +403,7 @@ impl World {
         }
         let end = q.sq_end();
         q.sq.clear();
+        q.responses.clear();
         q.sq_base = end;
         q.exec_next = end;
         q.proc_next = end;

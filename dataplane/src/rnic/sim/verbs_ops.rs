@@ -191,6 +191,7 @@ impl World {
                 q.enabled_upto = end;
                 q.halted_at = u64::MAX;
                 q.rq.clear();
+                q.responses.clear();
                 q.peer = None;
                 q.epoch += 1;
                 q.resp_next = 0;
