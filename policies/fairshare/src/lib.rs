@@ -21,12 +21,18 @@
 //!   with nothing in flight (a ping-pong, a sparse sender) posts at once.
 //!   The budget shrinks while a latency-bound tenant's latency rises
 //!   above its best, and grows back otherwise.
-//! - **Sub-requests with a zero-weight WR after each**: every WRITE or READ
-//!   larger than one chunk is split into chunks (every tenant alike: there
-//!   is no size below which a tenant escapes), and the zero-weight WR ends
-//!   the QP's NIC turn after one chunk, so a small message waits for at
-//!   most one chunk of each QP in the NIC. A SEND consumes one RECV and
-//!   stays whole (the receiver's RECV would have to be split too).
+//! - **Sub-requests, and a zero-weight WR per chunk of bytes**: every
+//!   WRITE larger than one chunk is split into chunks (every tenant alike:
+//!   there is no size below which a tenant escapes), with a zero-weight WR
+//!   after each; whole messages get one after the message that brings its
+//!   QP's bytes since the last to a chunk. A zero-weight WR ends the QP's
+//!   NIC turn, so no turn of any QP carries much more than a chunk,
+//!   whatever the message sizes and post lists, and a small message waits
+//!   for at most about a chunk of each QP in the NIC. A READ is split into
+//!   chunks without zero-weight WRs (its request carries no payload; the
+//!   responder sends each chunk's response in a turn of its own). A SEND
+//!   consumes one RECV and stays whole (the receiver's RECV would have to
+//!   be split too), with a zero-weight WR after it.
 //!
 //! Work conservation follows from the budget covering the pipeline: a
 //! tenant alone gets all of it, and tenants without work hold none.
@@ -42,6 +48,11 @@ use perf_policy_sdk::{
 
 /// Most tenants the policy tracks (the wasm ABI's limit).
 const MAX_TENANTS: usize = perf_policy_sdk::abi::MAX_TENANTS;
+
+/// Entries of the per-QP table of bytes posted since the QP's last
+/// zero-weight WR (direct-mapped on tenant and QP; a collision only moves
+/// one zero-weight WR).
+const QP_SLOTS: usize = 1 << 14;
 
 /// Parameters (run-time: `--policy fairshare:window_kib=64`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +83,11 @@ impl Default for FairShareParams {
             window_kib: 40,
             read_window_kib: 48,
             chunk_bytes: 8192,
-            read_chunk_bytes: 16384,
+            read_chunk_bytes: 8192,
             zero_weight: 1,
             tick_ns: 50_000,
             floor_permille: 400,
-            hurt_permille: 1150,
+            hurt_permille: 1080,
         }
     }
 }
@@ -90,6 +101,9 @@ pub struct FairShare {
     base_latency: [u64; MAX_TENANTS],
     /// The budgets in force, bytes (WRITE / SEND, READ).
     budget: [u64; 2],
+    /// Per QP (direct-mapped): bytes of whole messages posted since its
+    /// last zero-weight WR.
+    since_zero_weight: [u32; QP_SLOTS],
 }
 
 impl Default for FairShare {
@@ -101,7 +115,11 @@ impl Default for FairShare {
 impl FairShare {
     /// The policy with `params`.
     pub fn new(params: FairShareParams) -> Self {
-        FairShare { params, base_latency: [0; MAX_TENANTS], budget: [0; 2] }
+        FairShare { params, base_latency: [0; MAX_TENANTS], budget: [0; 2], since_zero_weight: [0; QP_SLOTS] }
+    }
+
+    fn qp_slot(req: &RequestInfo) -> usize {
+        (req.tenant as usize).wrapping_mul(0x9E37_79B1).wrapping_add(req.qp as usize) % QP_SLOTS
     }
 
     /// Whether some sparse tenant (one that keeps at most a chunk in
@@ -140,12 +158,39 @@ impl Policy for FairShare {
     }
 
     fn on_request(&mut self, req: &RequestInfo, _plan: &TenantPlan) -> SplitPlan {
-        let read = req.op == RequestOp::Read;
-        let chunk = if read { self.params.read_chunk_bytes } else { self.params.chunk_bytes };
-        if req.op == RequestOp::Send || req.len <= chunk as u64 {
-            SplitPlan::WHOLE
-        } else {
-            SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: self.params.zero_weight }
+        let chunk = self.params.chunk_bytes;
+        match req.op {
+            // A READ request carries no payload on the requester's wire:
+            // its QP's turn need not end after it. Its response is sent in
+            // turns of one chunk each by the responder.
+            RequestOp::Read if req.len > self.params.read_chunk_bytes as u64 => {
+                SplitPlan { chunk_bytes: self.params.read_chunk_bytes, zero_weight_per_chunk: 0 }
+            }
+            RequestOp::Read => SplitPlan::WHOLE,
+            // A SEND consumes one RECV: it stays whole, and its QP's turn
+            // ends after it.
+            RequestOp::Send => {
+                self.since_zero_weight[Self::qp_slot(req)] = 0;
+                SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: self.params.zero_weight }
+            }
+            _ if req.len > chunk as u64 => {
+                self.since_zero_weight[Self::qp_slot(req)] = 0;
+                SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: self.params.zero_weight }
+            }
+            // Whole messages: a zero-weight WR after the one that brings
+            // the QP's bytes since its last to a chunk, so that no NIC turn
+            // of any QP carries much more than a chunk, whatever the
+            // message size and post list.
+            _ => {
+                let slot = &mut self.since_zero_weight[Self::qp_slot(req)];
+                *slot = slot.saturating_add(req.len as u32);
+                if *slot >= chunk {
+                    *slot = 0;
+                    SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: self.params.zero_weight }
+                } else {
+                    SplitPlan::WHOLE
+                }
+            }
         }
     }
 
@@ -256,10 +301,28 @@ mod tests {
     fn every_tenant_is_split_into_chunks_alike() {
         let mut p = FairShare::default();
         let plan = TenantPlan::PASSTHROUGH;
-        let req = |len, op| RequestInfo { tenant: 0, qp: 0, len, op, depth: 1 };
-        assert_eq!(p.on_request(&req(1000, RequestOp::Write), &plan), SplitPlan::WHOLE);
-        let big = p.on_request(&req(1 << 20, RequestOp::Write), &plan);
-        assert_eq!(big.chunk_bytes, p.params.chunk_bytes);
-        assert_eq!(p.on_request(&req(1 << 20, RequestOp::Send), &plan), SplitPlan::WHOLE);
+        let req = |qp, len, op| RequestInfo { tenant: 0, qp, len, op, depth: 1 };
+        let big = p.on_request(&req(0, 1 << 20, RequestOp::Write), &plan);
+        assert_eq!(big, SplitPlan { chunk_bytes: p.params.chunk_bytes, zero_weight_per_chunk: 1 });
+        // A READ's chunks need no zero-weight WR (the request carries no payload).
+        let read = p.on_request(&req(0, 1 << 20, RequestOp::Read), &plan);
+        assert_eq!(read, SplitPlan { chunk_bytes: p.params.read_chunk_bytes, zero_weight_per_chunk: 0 });
+        // A SEND stays whole and ends its QP's turn.
+        let send = p.on_request(&req(0, 1 << 20, RequestOp::Send), &plan);
+        assert_eq!(send, SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: 1 });
+    }
+
+    #[test]
+    fn whole_messages_get_a_zero_weight_wr_per_chunk_of_bytes_on_their_qp() {
+        let mut p = FairShare::default();
+        let plan = TenantPlan::PASSTHROUGH;
+        let req = |qp| RequestInfo { tenant: 3, qp, len: 1000, op: RequestOp::Write, depth: 1 };
+        let per_chunk = p.params.chunk_bytes.div_ceil(1000) as usize;
+        let plans: Vec<SplitPlan> = (0..2 * per_chunk).map(|_| p.on_request(&req(0), &plan)).collect();
+        let zero_weight_at: Vec<usize> =
+            plans.iter().enumerate().filter(|(_, s)| s.zero_weight_per_chunk > 0).map(|(i, _)| i + 1).collect();
+        assert_eq!(zero_weight_at, vec![per_chunk, 2 * per_chunk]);
+        // Another QP of the tenant counts its own bytes.
+        assert_eq!(p.on_request(&req(1), &plan), SplitPlan::WHOLE);
     }
 }
