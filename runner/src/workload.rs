@@ -7,38 +7,35 @@
 //!
 //! # What the window's goodput counts
 //!
-//! A tenant's Gb/s and Mmsg/s are the whole messages whose bytes went on
+//! A tenant's Gb/s and Mmsg/s are the bytes and messages its QPs put on
 //! the wire inside its window, over the window's length. A completion
-//! inside the window alone does not show that: with many QPs of large
-//! messages in flight, completions bunch (every QP finishes a message
-//! within a few microseconds of the others), and a window that happens to
-//! holds one more bunch than the wire could carry counted, say, 30 x 20 MB
-//! in a 50 ms window: 100.66 Gb/s, where 1 MB messages' goodput limit on
-//! a 100 Gb/s wire is 97.94 (`RnicProfile::goodput_gbps`). So a
-//! message completed in the window counts only when its transmission
-//! provably began inside it too:
+//! inside the window does not show that on its own: with many QPs of
+//! large messages in flight, completions bunch (every QP finishes a
+//! message within microseconds of the others), and counting each
+//! completed message whole, a 50 ms window that happened to hold one more
+//! bunch than the wire could carry read 30 x 20 MB, 100.66 Gb/s, where
+//! 1 MB messages' goodput limit on a 100 Gb/s wire is 97.94
+//! (`RnicProfile::goodput_gbps`). So each message completed in the window
+//! is credited with the part of it sent inside the window:
 //!
-//! - it was posted at or after the window opened (nothing goes on the wire
-//!   before it is posted), or
-//! - an earlier message of the same QP completed inside the window (a QP
-//!   transmits in order, so this one's bytes followed that one's).
+//! - whole when it was posted at or after the window opened (nothing goes
+//!   on the wire before it is posted), or when an earlier message of the
+//!   same QP completed inside the window (a QP transmits in order, so its
+//!   bytes followed that one's);
+//! - otherwise (the message each QP had in flight as the window opened)
+//!   by the share of its time in flight that falls inside the window: from
+//!   the QP's previous completion, or its post if later, to its own
+//!   completion. A QP sends its messages one after the other, so that is
+//!   where its bytes went on the wire.
 //!
-//! Every counted byte therefore went on the wire between the window's
-//! opening, less one round trip (the last packet of a QP's previous
-//! message leaves before its acknowledgment comes back), and its close,
-//! so neither a tenant nor the sum of all tenants can read above the
-//! wire's goodput by more than a round trip's share of the window
-//! (microseconds in milliseconds), and the message each QP had in flight
-//! as the window opened, left out, more than makes up for that. That
-//! message is the cost: at most one message per QP below what the wire
-//! carried for the tenant, 1 MB per QP in a 50 ms window (0.17 Gb/s each)
-//! at the paper's sizes, nothing a ping-pong or an open-loop tenant that
-//! posts inside the window notices; a window shorter than a QP's time
-//! between completions counts nothing for it. The latency histogram and
-//! interval logs take the same messages. This is perftest's rule for a
-//! window (`-D`), with the edge that cannot be known left out rather than
-//! guessed; `write-bw` (`perf_dataplane::perftest::bw`) bounds its window
-//! the same way.
+//! Nothing is credited to a message still in flight when the window
+//! closes. Within a round trip per QP (a message's last packet leaves
+//! before its acknowledgment returns) this is what the wire carried for
+//! the tenant; whole-message counting was off by up to a message per QP
+//! either way (1 MB per QP in a 50 ms window is 0.17 Gb/s). `completed`
+//! and the latency histogram keep every message completed in the window.
+//! `write-bw` (`perf_dataplane::perftest::bw`) measures between each QP's
+//! completions for the same reason.
 
 use std::collections::VecDeque;
 
@@ -114,11 +111,14 @@ impl Intervals {
 
 /// What a tenant measured.
 pub struct TenantResult {
-    /// Messages counted in the window: completed inside it, and sent
-    /// inside it (see the module comment).
+    /// Messages completed inside the window.
     pub messages: u64,
-    /// Payload bytes of those messages.
-    pub bytes: u64,
+    /// Messages sent inside the window: those completed inside it, the
+    /// first of each QP counted by the part sent inside (see the module
+    /// comment).
+    pub sent_messages: f64,
+    /// Payload bytes sent inside the window, counted the same way.
+    pub sent_bytes: f64,
     /// Latency samples in ps (half round trip for lat WRITE/SEND).
     pub hist: Histogram<u64>,
     /// Completions with an error status.
@@ -183,6 +183,8 @@ pub struct TenantApp<N: Rnic = SimRnic> {
     /// Per QP: whether a message of it completed inside the window yet
     /// (its later messages were sent inside the window).
     seen: Vec<bool>,
+    /// Per QP: its last completion, ns.
+    last_done: Vec<Option<u64>>,
     result: TenantResult,
 }
 
@@ -222,9 +224,11 @@ impl<N: Rnic> TenantApp<N> {
             next_qp: 0,
             taken: 0,
             seen: vec![false; n],
+            last_done: vec![None; n],
             result: TenantResult {
                 messages: 0,
-                bytes: 0,
+                sent_messages: 0.0,
+                sent_bytes: 0.0,
                 hist: new_histogram(),
                 errors: 0,
                 dropped: 0,
@@ -297,17 +301,26 @@ impl<N: Rnic> TenantApp<N> {
     /// completed at `at` (ns), with latency `lat_ps`.
     fn record(&mut self, qp: usize, posted: u64, at: u64, lat_ps: u64, bytes: u64) {
         self.result.timeline.record(at, bytes);
-        if at < self.window.0 || at >= self.window.1 {
+        let previous = self.last_done[qp].replace(at);
+        let (w0, w1) = self.window;
+        if at < w0 || at >= w1 {
             return;
         }
-        // Sent inside the window (see the module comment).
-        let counted = posted >= self.window.0 || self.seen[qp];
+        // The part of it sent inside the window (see the module comment).
+        let share = if posted >= w0 || self.seen[qp] {
+            1.0
+        } else {
+            let from = previous.unwrap_or(posted).max(posted);
+            if at > from {
+                (at - w0) as f64 / (at - from) as f64
+            } else {
+                1.0
+            }
+        };
         self.seen[qp] = true;
-        if !counted {
-            return;
-        }
         self.result.messages += 1;
-        self.result.bytes += bytes;
+        self.result.sent_messages += share;
+        self.result.sent_bytes += share * bytes as f64;
         // Clamped into the histogram's range, so recording cannot fail.
         let _ = self.result.hist.record(lat_ps.clamp(1, 100_000_000_000));
         if let Some(iv) = &mut self.result.intervals {
