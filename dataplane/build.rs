@@ -1,8 +1,11 @@
-//! Builds the repository's own policy crates (`policies/*`) for
-//! `wasm32-unknown-unknown` so that the dataplane can embed them
-//! (`policy::wasm::embedded`): a nested `cargo build --release --target
-//! wasm32-unknown-unknown` into a target directory under `OUT_DIR`, so it
-//! never contends with the outer build's directory lock.
+//! Builds the policies of the registry (`[[package.metadata.perf-policy]]`
+//! in this crate's `Cargo.toml`) for `wasm32-unknown-unknown` so that the
+//! dataplane can embed them (`policy::wasm::embedded`): a nested `cargo
+//! build --release --target wasm32-unknown-unknown` into a target
+//! directory under `OUT_DIR`, so it never contends with the outer build's
+//! directory lock. From the same table it writes `OUT_DIR/registry.rs`,
+//! the `policy::registry` of native constructors, embedded modules and
+//! descriptions.
 //!
 //! The toolchain file names the wasm32 target, but rustup adds a toolchain
 //! file's targets only when it installs the toolchain, not to a stable
@@ -19,14 +22,81 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const POLICIES: &[(&str, &str)] = &[
-    ("perf-policy-perf", "perf_policy_perf"),
-    ("perf-policy-passthrough", "perf_policy_passthrough"),
-    ("perf-policy-justitia", "perf_policy_justitia"),
-    ("perf-policy-weighted", "perf_policy_weighted"),
-    ("perf-policy-slo", "perf_policy_slo"),
-    ("perf-policy-fairshare", "perf_policy_fairshare"),
-];
+/// One entry of the registry table.
+struct Entry {
+    /// The policy's name.
+    name: String,
+    /// Its crate (package name).
+    krate: String,
+    /// Its native type in the crate (implements `Default` and `Policy`).
+    native: String,
+    /// One line on what it does.
+    description: String,
+}
+
+impl Entry {
+    /// The crate's name in Rust paths and in its `.wasm` file's name.
+    fn ident(&self) -> String {
+        self.krate.replace('-', "_")
+    }
+}
+
+/// The registry table of `manifest`; a malformed one stops the build with
+/// what is wrong.
+fn registry(manifest: &Path) -> Vec<Entry> {
+    let text = std::fs::read_to_string(manifest).expect("read dataplane/Cargo.toml");
+    let doc: toml::Table = text.parse().expect("dataplane/Cargo.toml is TOML");
+    let table = doc
+        .get("package")
+        .and_then(|p| p.get("metadata"))
+        .and_then(|m| m.get("perf-policy"))
+        .and_then(|t| t.as_array())
+        .expect("dataplane/Cargo.toml has the policy registry, [[package.metadata.perf-policy]]");
+    let mut entries: Vec<Entry> = Vec::new();
+    for (i, row) in table.iter().enumerate() {
+        let key = |k: &str| -> String {
+            match row.get(k).and_then(|v| v.as_str()) {
+                Some(v) if !v.is_empty() => v.to_string(),
+                _ => panic!("policy registry entry {} (dataplane/Cargo.toml): `{k}` missing or not a string", i + 1),
+            }
+        };
+        let e =
+            Entry { name: key("name"), krate: key("crate"), native: key("native"), description: key("description") };
+        let ident = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        assert!(
+            ident(&e.ident()) && ident(&e.native) && !e.name.contains(':'),
+            "policy registry entry {:?}: `crate` must be a package name, `native` a type name, `name` without ':'",
+            e.name
+        );
+        assert!(!entries.iter().any(|o| o.name == e.name), "policy {:?} is registered twice", e.name);
+        entries.push(e);
+    }
+    entries
+}
+
+/// `OUT_DIR/registry.rs`: `REGISTRY` and `NAMES` (see `policy::registry`).
+fn write_registry(out: &Path, entries: &[Entry]) {
+    let mut code =
+        String::from("/// Every registered policy, in the table's order.\npub const REGISTRY: &[Registered] = &[\n");
+    for e in entries {
+        code.push_str(&format!(
+            "    Registered {{\n        name: {:?},\n        description: {:?},\n        \
+             wasm: include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{}.wasm\")),\n        \
+             native: || Box::new(<{}::{} as ::core::default::Default>::default()),\n    }},\n",
+            e.name,
+            e.description,
+            e.ident(),
+            e.ident(),
+            e.native
+        ));
+    }
+    code.push_str("];\n\n/// The registered names, in the table's order.\npub const NAMES: &[&str] = &[");
+    for e in entries {
+        code.push_str(&format!("{:?}, ", e.name));
+    }
+    code.push_str("];\n");
+    std::fs::write(out.join("registry.rs"), code).expect("write OUT_DIR/registry.rs");
+}
 
 /// The outer build's wrappers and flags (clippy, coverage, native
 /// RUSTFLAGS, target overrides) that must not reach the wasm build.
@@ -49,24 +119,28 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("policies").display());
     println!("cargo:rerun-if-changed={}", root.join("policy-sdk").display());
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=Cargo.toml");
     println!("cargo:rerun-if-env-changed=PERF_NO_WASM_POLICIES");
     let skip = std::env::var_os("PERF_NO_WASM_POLICIES").is_some_and(|v| v == "1");
 
+    let policies = registry(&manifest_dir.join("Cargo.toml"));
+    write_registry(&out, &policies);
     if !skip {
         ensure_wasm_target();
     }
     let target_dir = out.join("policies-target");
     let built = !skip && {
         let mut cmd = wasm_build(&root, &target_dir);
-        for (pkg, _) in POLICIES {
-            cmd.args(["-p", pkg]);
+        for p in &policies {
+            cmd.args(["-p", &p.krate]);
         }
         run_or_fail(cmd, "policies/*")
     };
-    for (_, file) in POLICIES {
-        let wasm = target_dir.join("wasm32-unknown-unknown/release").join(format!("{file}.wasm"));
+    for p in &policies {
+        let file = format!("{}.wasm", p.ident());
+        let wasm = target_dir.join("wasm32-unknown-unknown/release").join(&file);
         let bytes = if built { std::fs::read(&wasm).expect("the nested build wrote the module") } else { Vec::new() };
-        std::fs::write(out.join(format!("{file}.wasm")), bytes).expect("write to OUT_DIR");
+        std::fs::write(out.join(&file), bytes).expect("write to OUT_DIR");
     }
     adversarial(&root, &target_dir, &out, skip);
 }

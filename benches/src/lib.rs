@@ -8,6 +8,8 @@
 //! ([`guard`]), and the charts `bench-report` draws from the records
 //! ([`plot`]).
 
+// A `GlobalAlloc` implementation is unsafe by definition.
+#[allow(unsafe_code)]
 pub mod alloc;
 pub mod bulk;
 pub mod guard;

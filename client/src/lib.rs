@@ -10,6 +10,8 @@
 //! rings are single-producer, single-consumer).
 
 #[allow(non_camel_case_types)]
+// The C boundary: the only unsafe code of the crate.
+#[allow(unsafe_code)]
 pub mod capi;
 
 use std::os::unix::net::UnixStream;

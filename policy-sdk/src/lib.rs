@@ -43,10 +43,14 @@
 #![no_std]
 
 pub mod abi;
+// The guest ABI's statics, shared with the host through linear memory.
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
+#[allow(unsafe_code)]
 pub mod guest;
+// Calls of the host's imports.
 #[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)]
 pub mod host;
 
 /// Version of this interface, `(major, minor)`: a major bump breaks
@@ -469,7 +473,9 @@ macro_rules! export_policy {
         $crate::export_policy!($ty, <$ty as ::core::default::Default>::default);
     };
     ($ty:ty, $init:expr) => {
+        // The exports are `#[no_mangle]`, which `unsafe_code` counts as unsafe.
         #[cfg(target_arch = "wasm32")]
+        #[allow(unsafe_code)]
         const _: () = {
             use $crate::guest as g;
             static POLICY: g::PolicyCell<$ty> = g::PolicyCell::new();

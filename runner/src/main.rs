@@ -144,8 +144,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ReadBw(a) => perftest_cmd::run(a, Test::Bw, TestOp::Read),
         Command::ReadLat(a) => perftest_cmd::run(a, Test::Lat, TestOp::Read),
         Command::Policy(PolicyCommand::List) => {
-            for (name, what) in perf_dataplane::policy::PolicyHost::BUILTINS {
-                println!("{name:<17} {what}");
+            for p in perf_dataplane::policy::PolicyHost::BUILTINS {
+                println!("{:<17} {}", p.name, p.description);
             }
             for name in perf_dataplane::policy::wasm::embedded::NAMES {
                 let what = "the same policy compiled to wasm (policies/), run in the sandbox";

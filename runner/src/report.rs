@@ -48,9 +48,11 @@ pub struct TenantReport {
     pub name: String,
     /// Its `[[tenant]]` entry (the name, unless the entry has `count > 1`).
     pub group: String,
-    /// Payload goodput, 10^9 bit/s.
+    /// Payload goodput over the window, 10^9 bit/s: the bytes sent inside
+    /// it (`workload`'s module comment says how they are counted).
     pub gbps: f64,
-    /// Application messages per second, millions.
+    /// Application messages per second over the window, millions, counted
+    /// the same way.
     pub mpps: f64,
     /// Messages completed in the window.
     pub completed: u64,
@@ -88,8 +90,8 @@ impl TenantReport {
         TenantReport {
             name: name.to_string(),
             group: group.to_string(),
-            gbps: r.bytes as f64 * 8.0 / window_ns as f64,
-            mpps: r.messages as f64 * 1e3 / window_ns as f64,
+            gbps: r.sent_bytes * 8.0 / window_ns as f64,
+            mpps: r.sent_messages * 1e3 / window_ns as f64,
             completed: r.messages,
             errors: r.errors,
             dropped: r.dropped,

@@ -10,6 +10,8 @@ pub mod abi;
 pub mod proto;
 pub mod region;
 pub mod ring;
+// The shared mapping and fd passing: the only unsafe code of the crate.
+#[allow(unsafe_code)]
 mod sys;
 
 pub use abi::{CompletionEntry, Layout, Opcode, RequestEntry, SegmentStatus, Status};

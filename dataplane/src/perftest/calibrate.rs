@@ -1,7 +1,7 @@
 //! The calibration suite: perftest-like traffic straight on the simulated
 //! NIC (no dataplane, no policy), compared with the ConnectX-6 reference
 //! figures. `perf-runner calibrate` prints it; the tests in
-//! `dataplane/tests/calibration.rs` assert it.
+//! `dataplane/tests/all/calibration.rs` assert it.
 
 use super::bw::{BwClient, BwConfig, BwResult};
 use super::lat::{LatClient, LatConfig, LatServer};

@@ -9,18 +9,19 @@
 //! keeps flowing. A native policy's invalid decisions are only replaced
 //! (it cannot trap or loop within the sandbox's bounds, so it stays).
 //!
-//! Built-in native policies: [`passthrough`] (no isolation), [`perf`]
-//! (PeRF's message- and QP-level preemption), `justitia` (the Justitia
-//! baseline: paced posts), `weighted` (weighted shares over PeRF) and `slo`
-//! (PeRF tuned online to a latency target), from `policies/*`
-//! (`docs/policies.md`); the same code is embedded as wasm modules
-//! ([`wasm::embedded`]). Besides plans, a policy may rate-limit tenants
+//! Built-in native policies, one table for all ([`registry`]):
+//! [`passthrough`] (no isolation), [`perf`] (PeRF's message- and QP-level
+//! preemption), `justitia` (the Justitia baseline: paced posts), `weighted`
+//! (weighted shares over PeRF), `slo` (PeRF tuned online to a latency
+//! target) and `fairshare`, from `policies/*` (`docs/policies.md`); the
+//! same code is embedded as wasm modules ([`wasm::embedded`]). Besides plans, a policy may rate-limit tenants
 //! ([`PolicyHost::on_pacing`], ABI 1.1).
 
 pub mod cache;
 pub mod loader;
 pub mod passthrough;
 pub mod perf;
+pub mod registry;
 pub mod wasm;
 
 use perf_policy_sdk::{
@@ -153,16 +154,7 @@ impl PolicyHost {
 
     /// The built-in policy called `name`, if there is one.
     pub fn builtin(name: &str) -> Option<Self> {
-        let p: Box<dyn Policy + Send> = match name {
-            "passthrough" => Box::new(passthrough::Passthrough),
-            "perf" => Box::new(perf::Perf::default()),
-            "justitia" => Box::new(perf_policy_justitia::Justitia::default()),
-            "weighted" => Box::new(perf_policy_weighted::Weighted::default()),
-            "slo" => Box::new(perf_policy_slo::Slo::default()),
-            "fairshare" => Box::new(perf_policy_fairshare::FairShare::default()),
-            _ => return None,
-        };
-        Some(Self::new(p))
+        registry::by_name(name).map(|r| Self::new(r.native()))
     }
 
     /// A policy by name or path: a built-in name (`perf`, `passthrough`),
@@ -236,24 +228,9 @@ impl PolicyHost {
         WasmPolicy::load_cached(module, limits).map(|(w, hit)| (Self::wasm(w), hit))
     }
 
-    /// Names and one-line descriptions of the built-in policies.
-    pub const BUILTINS: &'static [(&'static str, &'static str)] = &[
-        ("passthrough", "no isolation: requests go to the NIC unchanged (the NIC's own round-robin)"),
-        ("perf", "PeRF: 16 KB sub-requests, zero-weight WRs while sensitive tenants run, 2 active QPs per tenant"),
-        (
-            "justitia",
-            "Justitia baseline: 1 MB / 5000 B chunks, posts paced at an AIMD virtual link capacity, no preemption",
-        ),
-        (
-            "weighted",
-            "PeRF with bandwidth shares proportional to tenant weights (chunk size per weight), work-conserving",
-        ),
-        ("slo", "PeRF with chunk size and zero-weight WRs adapted online to a delay-sensitive latency target (3 us)"),
-        (
-            "fairshare",
-            "weighted max-min fair shares of the NIC: water-filled in-flight windows per tenant, 8 KB sub-requests for all",
-        ),
-    ];
+    /// The built-in policies: names and one-line descriptions, in the
+    /// registry's order.
+    pub const BUILTINS: &'static [registry::Registered] = registry::REGISTRY;
 
     /// The policy's name (`passthrough` after a fallback).
     pub fn name(&self) -> &str {

@@ -764,32 +764,16 @@ impl WasmPolicy {
     }
 }
 
-/// The repository's own policies, built to wasm by the dataplane's build
-/// script (`policies/*`) and embedded in the library.
+/// The registry's policies (`super::registry`), built to wasm by the
+/// dataplane's build script and embedded in the library.
 pub mod embedded {
-    static PERF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_perf.wasm"));
-    static PASSTHROUGH: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_passthrough.wasm"));
-    static JUSTITIA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_justitia.wasm"));
-    static WEIGHTED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_weighted.wasm"));
-    static SLO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_slo.wasm"));
-    static FAIRSHARE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/perf_policy_fairshare.wasm"));
-
-    /// Names of the embedded modules.
-    pub const NAMES: &[&str] = &["perf", "passthrough", "justitia", "weighted", "slo", "fairshare"];
+    /// Names of the embedded modules, in the registry's order.
+    pub const NAMES: &[&str] = super::super::registry::NAMES;
 
     /// The embedded module called `name`; `None` if unknown or if the
-    /// build could not compile it (see the build script's warning).
+    /// build left the modules out (`PERF_NO_WASM_POLICIES=1`).
     pub fn by_name(name: &str) -> Option<&'static [u8]> {
-        let b = match name {
-            "perf" => PERF,
-            "passthrough" => PASSTHROUGH,
-            "justitia" => JUSTITIA,
-            "weighted" => WEIGHTED,
-            "slo" => SLO,
-            "fairshare" => FAIRSHARE,
-            _ => return None,
-        };
-        (!b.is_empty()).then_some(b)
+        super::super::registry::by_name(name)?.wasm()
     }
 }
 

@@ -1,5 +1,5 @@
 //! Deliberately hostile policies, one behaviour each, for the tests that
-//! show the sandbox contains them (`dataplane/tests/hostile_policies.rs`,
+//! show the sandbox contains them (`dataplane/tests/all/hostile_policies.rs`,
 //! `docs/hostile-policies.md`). [`Hostile<B>`] behaves well except for
 //! behaviour `B` (one of the constants below); each example of this crate
 //! exports one of them as a wasm module, named after its constant in

@@ -44,6 +44,8 @@
 //! [`QpEndpoint`] carries no LID); iWARP devices (siw) need rdma_cm and are
 //! refused at RTR.
 
+// The FFI boundary: the only unsafe code of the dataplane.
+#[allow(unsafe_code)]
 mod sys;
 
 use std::sync::Arc;

@@ -15,7 +15,7 @@
 //! - in real time, swaps through a `SwapHandle` while the loop spins on
 //!   its own thread and a tenant thread streams.
 
-mod common;
+use crate::common;
 
 use common::wat::Wat;
 use common::*;

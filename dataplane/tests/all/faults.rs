@@ -11,7 +11,7 @@
 //! successful has its bytes at the peer; QPs the fault did not hit keep
 //! their traffic; a failed QP can be recovered and carries traffic again.
 
-mod common;
+use crate::common;
 
 use common::*;
 use perf_dataplane::engine::{Completion, CompletionKind, DataplaneConfig, RequestOp, WorkRequest};

@@ -23,7 +23,7 @@
 //! Every wait is bounded in virtual time and in loop iterations, so a hang
 //! is a test failure, not a stuck test.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -5,7 +5,7 @@
 //! its SEND in order, and afterwards both hosts' memory is exactly what the
 //! operations imply (nothing else was touched).
 
-mod common;
+use crate::common;
 
 use common::pattern;
 use perf_dataplane::rnic::connect::connect_pair;

@@ -9,7 +9,7 @@
 //! `latency_us`, and `alone` holding the same tenant run alone under the
 //! same policy).
 
-mod common;
+use crate::common;
 
 use common::{num, run, tenant};
 

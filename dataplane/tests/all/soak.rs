@@ -16,7 +16,7 @@
 //! - CI runs `soak_short` (205 ms of virtual time, a swap every 5 ms: every
 //!   hostile module once).
 //! - `soak_long` is `#[ignore]`d: `PERF_SOAK_SECONDS=600 cargo test
-//!   --release -p perf-dataplane --test soak -- --ignored --nocapture`
+//!   --release -p perf-dataplane --test all -- soak:: --ignored --nocapture`
 //!   runs the ten simulated minutes (default 60 s), a swap every
 //!   simulated second, every hostile module but `zero_weight_max` (see
 //!   `soak_long`; `PERF_SOAK_HOSTILE=a,b,...` picks them). docs/security.md
@@ -25,7 +25,7 @@
 //! Both print a summary with the offered load of each traffic source and
 //! what it got, and the simulated seconds per wall second.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

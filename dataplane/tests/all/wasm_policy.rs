@@ -11,7 +11,7 @@ use perf_dataplane::policy::wasm::{embedded, FaultKind, Interruption, LoadError,
 use perf_dataplane::policy::PolicyHost;
 use perf_policy_sdk::{Policy, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats};
 
-mod common;
+use crate::common;
 
 use common::wat::Wat;
 

@@ -11,7 +11,7 @@
 //! The calls run under a 5 ms epoch deadline (a looping hook costs 5-6 ms
 //! of wall time, once).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! (`run SCENARIO --policy P [--alone] --json FILE`), deterministic for the
 //! scenario's seed. `docs/policies.md` quotes the figures and the commands.
 
-mod common;
+use crate::common;
 
 use common::{num, run, run_opts, tenant};
 use serde_json::Value;

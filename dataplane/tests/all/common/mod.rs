@@ -5,7 +5,7 @@
 //! exactly-once, in-order completion, and the random-workload case of the
 //! property tests ([`run_case_with`]), which also compares both hosts' bytes.
 //!
-//! Each test file includes it with `mod common;` and uses what it needs.
+//! The test binary declares it once (`main.rs`); each area uses what it needs.
 #![allow(dead_code, unused_imports)]
 
 pub mod hostile;

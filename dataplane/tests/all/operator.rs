@@ -5,7 +5,7 @@
 //! in per-QP order, with its bytes; also through an `OperatorHandle` from
 //! another thread, and an unknown tenant is an error naming the tenants.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@
 //!   round-robin bound (11x), and the window closes once what the flooder
 //!   posted before then has drained.
 
-mod common;
+use crate::common;
 
 use common::*;
 use perf_dataplane::engine::{Completion, DataplaneConfig, PostRefused, RequestOp, WorkRequest};
