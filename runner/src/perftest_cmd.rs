@@ -91,7 +91,7 @@ pub struct Args {
     /// socket: the test's QPs are a tenant of the daemon, under its policy,
     /// beside its other clients; time is the wall clock (`-D` is seconds of
     /// it, after a 0.2 s warm-up).
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["with", "hw", "seed", "policy"])]
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["with", "hw", "seed"])]
     connect: Option<PathBuf>,
     /// With `--connect`: the tenant to be (default: the one the daemon's
     /// tenants file gives this user, or one named after the process).
