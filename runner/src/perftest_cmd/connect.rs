@@ -112,7 +112,7 @@ impl Session {
             posted += n;
             if n == 0 {
                 anyhow::ensure!(since.elapsed() < STALL, "the daemon took no request for {STALL:?}");
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
         }
         Ok(())
@@ -187,7 +187,7 @@ impl Session {
                 }
             }
             if self.poll()? == 0 {
-                std::hint::spin_loop();
+                std::thread::yield_now();
                 continue;
             }
             last_progress = Instant::now();
@@ -239,7 +239,7 @@ impl Session {
         loop {
             if self.poll()? == 0 {
                 anyhow::ensure!(since.elapsed() < STALL, "no completion for {STALL:?}");
-                std::hint::spin_loop();
+                std::thread::yield_now();
                 continue;
             }
             let mut found = false;
