@@ -14,10 +14,11 @@
 //! Live control (`perf-runner ctl`) works as for `run --realtime`.
 //!
 //! A client that goes away (its socket ends) or breaks its ring is closed
-//! ([`Bridge::close`]): its QPs are moved to the error state, what it had
-//! in flight completes (and is dropped), then its regions are
-//! deregistered. The engine has no way to remove a tenant, so its slot
-//! stays, idle, under the name it had. SIGTERM / SIGINT drain every client
+//! ([`Bridge::close`]): its tenant is flushed ([`Dataplane::flush_tenant`]:
+//! what it had in flight completes, with success or a flush error, and is
+//! dropped), then removed ([`Dataplane::remove_tenant`]: its QPs destroyed,
+//! its regions deregistered and unmapped, its name and slot free for the
+//! next client). SIGTERM / SIGINT drain every client
 //! (nothing new is taken, everything taken completes into its ring), then
 //! stop the loop and remove the socket files.
 //!
@@ -371,14 +372,8 @@ impl Bridge {
             return;
         }
         self.phase = Phase::Closing { since: Instant::now() };
-        let t = self.handle.id;
-        let _ = dp.set_paused(&t.to_string(), false);
-        for q in 0..self.qp_eps.len() as u32 {
-            if let Some(h) = dp.nic_qp(t, q) {
-                if let Err(e) = dp.nic().modify_qp(h, QpTransition::Err) {
-                    tracing::warn!(tenant = %self.name, qp = q, "flushing the QP: {e}");
-                }
-            }
+        if let Err(e) = dp.flush_tenant(self.handle.id) {
+            tracing::warn!(tenant = %self.name, "flushing its QPs: {e}");
         }
     }
 
@@ -567,9 +562,22 @@ impl Hub {
                 if b.outstanding() > 0 {
                     tracing::warn!(tenant = %b.name, left = b.outstanding(), "closing client: requests still in flight");
                 }
-                for mr in &b.mrs {
-                    if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
-                        tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
+                // Drain what the loop still holds for it, then remove it.
+                while b.handle.poll().is_some() {}
+                match dp.remove_tenant(b.handle.id) {
+                    Ok(()) => {
+                        if let Some(i) = self.used_names.iter().position(|n| *n == b.name) {
+                            self.used_names.swap_remove(i);
+                        }
+                    }
+                    Err(e) => {
+                        // Its slot stays, idle; its regions go all the same.
+                        tracing::warn!(tenant = %b.name, "removing the tenant: {e}");
+                        for mr in &b.mrs {
+                            if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
+                                tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
+                            }
+                        }
                     }
                 }
                 tracing::info!(tenant = %b.name, taken = b.taken, completed = b.completed, "client closed");

@@ -18,7 +18,8 @@
 //! - The perftest tools as client processes (`write-bw --connect`, ...):
 //!   a bulk client and a latency client at once print perftest's rows,
 //!   and `--metrics` serves every tenant's counters in the Prometheus
-//!   text format while they run (scraped over plain HTTP here).
+//!   text format while they run (scraped over plain HTTP here); once they
+//!   have left, their tenants are gone from the daemon.
 //!
 //! Real time on a shared machine: only what does not depend on timing is
 //! asserted, never a rate. A custom `main` (the target has `harness =
@@ -497,20 +498,38 @@ fn finish_pair(mut send: Proc, mut recv: Proc, n: u64) {
 fn two_pairs() {
     let d = scratch("pairs");
     let daemon = Daemon::start(&d);
-    let a = start_pair(&daemon.sock, "a", 2000, 2);
-    let b = start_pair(&daemon.sock, "b", 1000, 3);
-    finish_pair(a.0, a.1, 2000);
-    finish_pair(b.0, b.1, 1000);
-    let stats = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
-        .args(["ctl", "--socket"])
-        .arg(&daemon.ctl)
-        .arg("stats")
-        .output()
-        .expect("ctl stats");
-    let text = String::from_utf8_lossy(&stats.stdout).to_string();
-    assert!(stats.status.success(), "{text}");
+    let mut a = start_pair(&daemon.sock, "a", 2000, 2);
+    let mut b = start_pair(&daemon.sock, "b", 1000, 3);
+    let stats = || {
+        let stats = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
+            .args(["ctl", "--socket"])
+            .arg(&daemon.ctl)
+            .arg("stats")
+            .output()
+            .expect("ctl stats");
+        let text = String::from_utf8_lossy(&stats.stdout).to_string();
+        assert!(stats.status.success(), "{text}");
+        text
+    };
+    // While connected, each client is a tenant of the daemon.
+    assert_eq!(a.0.expect("OK"), "OK 2000");
+    assert_eq!(b.0.expect("OK"), "OK 1000");
+    let text = stats();
     for t in ["tx-a", "rx-a", "tx-b", "rx-b"] {
         assert!(text.contains(t), "ctl stats lists tenant {t}:\n{text}");
+    }
+    assert_eq!(a.1.expect("OK"), "OK 1000");
+    assert_eq!(b.1.expect("OK"), "OK 500");
+    for p in [a.0, a.1, b.0, b.1] {
+        p.finish();
+    }
+    // Once they have left, their tenants are removed.
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut text = stats();
+    while text.contains("-a ") || text.contains("-b ") {
+        assert!(Instant::now() < end, "the tenants of clients that left are still there:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+        text = stats();
     }
     // A live swap on the running daemon.
     let swap = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
@@ -750,9 +769,11 @@ fn perftest_clients_and_metrics() {
     };
     let get = |m: &HashMap<String, f64>, k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in {m:?}"));
     assert!(get(&during, "perf_client_bytes_total{tenant=\"bulk\"}") >= 0.0);
-    assert!(get(&after, "perf_tenant_delivered_total{tenant=\"bulk\"}") >= iters);
-    // Two QPs pinging and ponging: two completions per iteration.
-    assert!(get(&after, "perf_tenant_delivered_total{tenant=\"lat\"}") >= 600.0);
+    assert!(get(&during, "perf_tenant_delivered_total{tenant=\"bulk\"}") >= 0.0);
+    // Each client's tenant left with it (flushed, then removed).
+    assert!(!after.keys().any(|k| k.contains("tenant=")), "tenants left behind: {after:?}");
+    // The bulk client's messages, and two completions per ping-pong.
+    assert!(get(&after, "perf_loop_completions_total") >= iters + 600.0);
     assert_eq!(get(&after, "perf_clients_closed_total"), 6.0);
     assert_eq!(get(&after, "perf_clients"), 0.0);
     assert!(get(&after, "perf_loop_completions_total") >= get(&after, "perf_loop_requests_total") - 0.5);
