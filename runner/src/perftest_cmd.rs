@@ -418,7 +418,9 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
     };
     println!("{RESULT_LINE}");
     match &session {
-        Some(_) => println!("                    {} {kind} Test (through perf-runner serve, wall-clock time)", op_name(op)),
+        Some(_) => {
+            println!("                    {} {kind} Test (through perf-runner serve, wall-clock time)", op_name(op))
+        }
         None => println!("                    {} {kind} Test (simulated {}, virtual time)", op_name(op), profile.name),
     }
     println!(" Number of qps   : {}\t\tTransport type : IB", if test == Test::Bw { a.qps } else { 1 });

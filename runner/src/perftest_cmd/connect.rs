@@ -64,8 +64,8 @@ impl Session {
         max_size: u32,
     ) -> anyhow::Result<Session> {
         let opts = ConnectOptions { tenant, ..ConnectOptions::default() };
-        let mut client =
-            Client::connect(socket, &opts).with_context(|| format!("--connect {}: joining the daemon", socket.display()))?;
+        let mut client = Client::connect(socket, &opts)
+            .with_context(|| format!("--connect {}: joining the daemon", socket.display()))?;
         let mr = client.reg_mr(2 * max_size.max(64) as usize).context("registering the test's region")?;
         for _ in 0..2 * qps {
             client.create_qp(tc).context("creating the test's QPs")?;

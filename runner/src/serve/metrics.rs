@@ -76,10 +76,7 @@ impl MetricsServer {
         let server = tiny_http::Server::http(addr)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("--metrics {addr}: cannot listen"))?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .with_context(|| format!("--metrics {addr}: not an IP address"))?;
+        let addr = server.server_addr().to_ip().with_context(|| format!("--metrics {addr}: not an IP address"))?;
         let server = Arc::new(server);
         let s = server.clone();
         let thread = std::thread::Builder::new()
@@ -93,7 +90,8 @@ impl MetricsServer {
                         match scrape(&op, &ask_hub, started) {
                             Ok(text) => {
                                 let mut r = tiny_http::Response::from_string(text);
-                                if let Ok(h) = tiny_http::Header::from_bytes("Content-Type", prometheus_text::CONTENT_TYPE)
+                                if let Ok(h) =
+                                    tiny_http::Header::from_bytes("Content-Type", prometheus_text::CONTENT_TYPE)
                                 {
                                     r.add_header(h);
                                 }
@@ -190,9 +188,24 @@ pub(super) fn encode(snap: &DataplaneSnapshot, hub: &HubMetrics, uptime: Duratio
     let policy = || vec![("policy", snap.policy.clone())];
     counters(&mut reg, "perf_policy_calls", "Calls into the policy's hooks", [(policy(), p.calls)]);
     counters(&mut reg, "perf_policy_rejections", "Policy decisions rejected by validation", [(policy(), p.rejections)]);
-    counters(&mut reg, "perf_policy_traps", "Calls into a wasm policy that trapped or timed out", [(policy(), p.traps)]);
-    counters(&mut reg, "perf_policy_fallbacks", "Times a wasm policy was dropped for passthrough", [(policy(), p.fallbacks)]);
-    counters(&mut reg, "perf_policy_swaps", "Policy swaps recorded (accepted or refused)", [(policy(), snap.swaps.len() as u64)]);
+    counters(
+        &mut reg,
+        "perf_policy_traps",
+        "Calls into a wasm policy that trapped or timed out",
+        [(policy(), p.traps)],
+    );
+    counters(
+        &mut reg,
+        "perf_policy_fallbacks",
+        "Times a wasm policy was dropped for passthrough",
+        [(policy(), p.fallbacks)],
+    );
+    counters(
+        &mut reg,
+        "perf_policy_swaps",
+        "Policy swaps recorded (accepted or refused)",
+        [(policy(), snap.swaps.len() as u64)],
+    );
 
     let tenant = |name: &str| vec![("tenant", name.to_string())];
     counters(
@@ -226,7 +239,12 @@ pub(super) fn encode(snap: &DataplaneSnapshot, hub: &HubMetrics, uptime: Duratio
         "Completions written to the client's ring, by outcome",
         hub.clients.iter().flat_map(|m| [(outcome(m, "success"), m.ok), (outcome(m, "error"), m.errors)]),
     );
-    counters(&mut reg, "perf_client_bytes", "Bytes of the client's successful send-side completions", rows(|m| m.bytes));
+    counters(
+        &mut reg,
+        "perf_client_bytes",
+        "Bytes of the client's successful send-side completions",
+        rows(|m| m.bytes),
+    );
     let latency = Family::<Labels, Counter<f64>>::default();
     for m in &hub.clients {
         latency.get_or_create(&tenant(&m.tenant)).inc_by(m.latency_ns as f64 / 1e9);
