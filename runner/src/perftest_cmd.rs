@@ -80,9 +80,11 @@ pub struct Args {
     /// Bandwidth in Gb/s (10^9 bit/s) instead of MB/s (`--report_gbits`).
     #[arg(long = "report_gbits")]
     report_gbits: bool,
-    /// Policy of the dataplane when running beside `--with`.
-    #[arg(long, default_value = "passthrough")]
-    policy: String,
+    /// Policy of the dataplane when running beside `--with` (default
+    /// passthrough); a client of the daemon (`--connect`) runs under the
+    /// daemon's.
+    #[arg(long)]
+    policy: Option<String>,
     /// Run as one more tenant of this scenario (its tenants are the
     /// co-runners), through the dataplane under `--policy`.
     #[arg(long = "with", value_name = "SCENARIO.toml")]
@@ -91,7 +93,7 @@ pub struct Args {
     /// socket: the test's QPs are a tenant of the daemon, under its policy,
     /// beside its other clients; time is the wall clock (`-D` is seconds of
     /// it, after a 0.2 s warm-up).
-    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["with", "hw", "seed"])]
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["with", "hw", "seed", "policy"])]
     connect: Option<PathBuf>,
     /// With `--connect`: the tenant to be (default: the one the daemon's
     /// tenants file gives this user, or one named after the process).
@@ -274,6 +276,11 @@ impl Args {
         Ok(())
     }
 
+    /// The dataplane's policy beside `--with`.
+    fn policy(&self) -> &str {
+        self.policy.as_deref().unwrap_or("passthrough")
+    }
+
     /// The `--out_json` file, if asked for.
     fn json_path(&self) -> Option<PathBuf> {
         match (&self.out_json_file, self.out_json) {
@@ -384,7 +391,7 @@ impl Args {
         }
         victim.tc = self.tc;
         sc.tenants.push(victim);
-        let mut r = run_scenario_with(&sc, &self.policy, &parse_hw(&self.hw)?, &RunOptions::default())?;
+        let mut r = run_scenario_with(&sc, self.policy(), &parse_hw(&self.hw)?, &RunOptions::default())?;
         let v = r.tenants.pop().context("the victim has no report")?;
         Ok((v, r.tenants))
     }
@@ -428,7 +435,7 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
         println!(" TX depth        : {}\t\tPost List      : {}", a.tx_depth, a.post_list);
     }
     match (&a.with, &session, &a.connect) {
-        (Some(p), _, _) => println!(" Beside          : {}\t\tPolicy         : {}", p.display(), a.policy),
+        (Some(p), _, _) => println!(" Beside          : {}\t\tPolicy         : {}", p.display(), a.policy()),
         (None, Some(s), Some(sock)) => {
             println!(" Daemon          : {}\t\tTenant         : {}", sock.display(), s.tenant())
         }
