@@ -202,11 +202,6 @@ fn channel(n: u64) -> f64 {
     ns
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let quick = perf_benches::quick();
     let (runs, n) = if quick { (1, 200_000) } else { (5, 2_000_000) };
@@ -217,8 +212,8 @@ fn main() {
         rings.push(ring(n));
         chans.push(channel(n));
     }
-    let (r, c) = (median(rings), median(chans));
-    let one = median((0..runs).map(|_| ring_one_thread(n)).collect());
+    let (r, c) = (perf_benches::median(&mut rings), perf_benches::median(&mut chans));
+    let one = perf_benches::median(&mut (0..runs).map(|_| ring_one_thread(n)).collect::<Vec<_>>());
     println!("shm: {n} requests, post lists of {LIST}, up to {WINDOW} in flight, median of {runs}");
     println!("  shared-memory rings     {r:8.1} ns/request   {:6.2} M requests/s", 1e3 / r);
     println!("  crossbeam channels      {c:8.1} ns/request   {:6.2} M requests/s", 1e3 / c);
