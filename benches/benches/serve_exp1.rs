@@ -29,6 +29,9 @@ use std::time::Duration;
 use perf_benches::results::{results_dir, Recorder};
 use perf_benches::runner::{cut_scenario, runner_binary, workspace};
 
+/// D's (median, mean) latency in process, then as processes, µs.
+type Run = ((f64, f64), (f64, f64));
+
 /// Wall-clock window of each measurement, s.
 const WINDOW_S: f64 = 1.0;
 
@@ -134,9 +137,7 @@ fn main() {
             (0..3).map(|_| Ok((in_process(&bin, &scenario)?, as_processes(&bin)?))).collect::<Result<Vec<_>, String>>()
         })
         .map(|runs| {
-            let med = |f: fn(&((f64, f64), (f64, f64))) -> f64| {
-                perf_benches::median(&mut runs.iter().map(f).collect::<Vec<_>>())
-            };
+            let med = |f: fn(&Run) -> f64| perf_benches::median(&mut runs.iter().map(f).collect::<Vec<_>>());
             (med(|r| r.0 .0), med(|r| r.0 .1), med(|r| r.1 .0), med(|r| r.1 .1))
         });
     match measured {
