@@ -24,6 +24,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use perf_benches::results::{results_dir, Recorder};
+use perf_benches::runner::{cut_scenario, runner_binary, workspace};
 
 use perf_dataplane::perftest::bw::{BwClient, BwConfig};
 use perf_dataplane::perftest::calibrate::{lat_with_bulk, Durations, LatStats};
@@ -101,29 +102,6 @@ fn main() {
     rec.save();
 }
 
-/// The workspace root.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The `perf-runner` binary: `$PERF_RUNNER`, or built with cargo into the
-/// workspace's release directory.
-fn runner_binary() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("PERF_RUNNER") {
-        return Ok(PathBuf::from(p));
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-q", "-p", "perf-runner"])
-        .current_dir(workspace())
-        .status()
-        .map_err(|e| format!("cargo build -p perf-runner: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build -p perf-runner: {status}"));
-    }
-    Ok(results_dir().join("../release/perf-runner"))
-}
-
 /// What one `perf-runner run` gave: simulated seconds, wall seconds, WQEs posted.
 fn runner_run(bin: &Path, scenario: &Path, policy: &str, json: &Path) -> Result<(f64, f64, f64), String> {
     let t = Instant::now();
@@ -143,25 +121,6 @@ fn runner_run(bin: &Path, scenario: &Path, policy: &str, json: &Path) -> Result<
     let sim_ns = v["duration_ns"].as_f64().ok_or("no duration_ns in the report")?;
     let wqes = v["dataplane"]["wqes_posted"].as_f64().ok_or("no dataplane.wqes_posted in the report")?;
     Ok((sim_ns / 1e9, wall, wqes))
-}
-
-/// `src` with its `duration_ms` and `warmup_ms` replaced, written next to
-/// the records as `name`.
-fn cut_scenario(src: &Path, name: &str, duration_ms: u64, warmup_ms: u64) -> Result<PathBuf, String> {
-    let text = std::fs::read_to_string(src).map_err(|e| format!("{}: {e}", src.display()))?;
-    let cut: Vec<String> = text
-        .lines()
-        .map(|l| match l.split('=').next().map(str::trim) {
-            Some("duration_ms") => format!("duration_ms = {duration_ms}"),
-            Some("warmup_ms") => format!("warmup_ms = {warmup_ms}"),
-            _ => l.to_string(),
-        })
-        .collect();
-    let dir = results_dir();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let path = dir.join(name);
-    std::fs::write(&path, cut.join("\n")).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path)
 }
 
 /// Experiments 1 to 3 and the scale case through the runner.

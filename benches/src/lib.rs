@@ -5,8 +5,9 @@
 //! bench ([`alloc`]), wasmtime's interruption mechanisms alone
 //! ([`interrupt`]); the record of each run's figures ([`results`]), the
 //! regression guard's comparison against the checked-in baseline of ratios
-//! ([`guard`]), and the charts `bench-report` draws from the records
-//! ([`plot`]).
+//! ([`guard`]), the charts `bench-report` draws from the records
+//! ([`plot`]), and the `perf-runner` binary for the benches that run it
+//! ([`runner`]).
 
 // A `GlobalAlloc` implementation is unsafe by definition.
 #[allow(unsafe_code)]
@@ -18,6 +19,7 @@ pub mod load;
 pub mod null_rnic;
 pub mod plot;
 pub mod results;
+pub mod runner;
 
 pub use bulk::{bulk_tenant, BulkTenant};
 

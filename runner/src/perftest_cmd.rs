@@ -7,7 +7,12 @@
 //! `perftest::lat`) straight on the NIC, as `ib_*` tools do. With
 //! `--with SCENARIO` the test becomes one more tenant of that scenario,
 //! run through the dataplane under `--policy`, beside the scenario's
-//! tenants (the co-runners).
+//! tenants (the co-runners). With `--connect SOCKET` the test is a client
+//! process of `perf-runner serve` ([`connect`]): one more tenant of the
+//! daemon, under its policy, in wall-clock time. The three ways share
+//! this module's flags, checks and report.
+
+mod connect;
 
 use std::path::PathBuf;
 
@@ -75,13 +80,25 @@ pub struct Args {
     /// Bandwidth in Gb/s (10^9 bit/s) instead of MB/s (`--report_gbits`).
     #[arg(long = "report_gbits")]
     report_gbits: bool,
-    /// Policy of the dataplane when running beside `--with`.
-    #[arg(long, default_value = "passthrough")]
-    policy: String,
+    /// Policy of the dataplane when running beside `--with` (default
+    /// passthrough); a client of the daemon (`--connect`) runs under the
+    /// daemon's.
+    #[arg(long)]
+    policy: Option<String>,
     /// Run as one more tenant of this scenario (its tenants are the
     /// co-runners), through the dataplane under `--policy`.
     #[arg(long = "with", value_name = "SCENARIO.toml")]
     with: Option<PathBuf>,
+    /// Run as a client process of `perf-runner serve` listening on this
+    /// socket: the test's QPs are a tenant of the daemon, under its policy,
+    /// beside its other clients; time is the wall clock (`-D` is seconds of
+    /// it, after a 0.2 s warm-up).
+    #[arg(long, value_name = "SOCKET", conflicts_with_all = ["with", "hw", "seed", "policy"])]
+    connect: Option<PathBuf>,
+    /// With `--connect`: the tenant to be (default: the one the daemon's
+    /// tenants file gives this user, or one named after the process).
+    #[arg(long, value_name = "NAME", requires = "connect")]
+    tenant: Option<String>,
     /// Hardware traffic-class scheduling (`rr`, `sp`, `ets:W0,W1,...`).
     #[arg(long, default_value = "rr")]
     hw: String,
@@ -213,7 +230,7 @@ impl Args {
         anyhow::ensure!(self.iters.is_none_or(|n| n >= 1), "-n 0: at least one iteration");
         // Over a window only whole signaled batches count (perftest::bw):
         // at least 10 of them per QP keep the figure within about 10%.
-        if let (Some(d), Test::Bw, None) = (self.duration, test, &self.with) {
+        if let (Some(d), Test::Bw, None, None) = (self.duration, test, &self.with, &self.connect) {
             for size in self.sizes(test) {
                 let cfg = BwConfig { size, tx_depth: self.tx_depth, cq_mod: self.cq_mod, ..BwConfig::write(size) };
                 let min_s = 10.0 * cfg.batch_ns(self.qps, profile) / 1e9;
@@ -232,8 +249,9 @@ impl Args {
             !(self.with.is_some() && self.iters.is_some()),
             "-n: beside a scenario (--with) the test runs for the scenario's window or -D seconds"
         );
-        // What the run asks of the simulator, up front: wire packets and virtual time.
-        for size in self.sizes(test) {
+        // What the run asks of the simulator, up front: wire packets and
+        // virtual time (a client of the daemon runs in wall-clock time).
+        for size in self.sizes(test).into_iter().filter(|_| self.connect.is_none()) {
             let pkts = size.div_ceil(profile.mtu).max(1) as f64;
             let wire_s = |messages: f64| messages * size as f64 * 8.0 / (profile.goodput_gbps(size) * 1e9);
             let (packets, virtual_s, what) = match (self.duration, test) {
@@ -256,6 +274,11 @@ impl Args {
             );
         }
         Ok(())
+    }
+
+    /// The dataplane's policy beside `--with`.
+    fn policy(&self) -> &str {
+        self.policy.as_deref().unwrap_or("passthrough")
     }
 
     /// The `--out_json` file, if asked for.
@@ -368,7 +391,7 @@ impl Args {
         }
         victim.tc = self.tc;
         sc.tenants.push(victim);
-        let mut r = run_scenario_with(&sc, &self.policy, &parse_hw(&self.hw)?, &RunOptions::default())?;
+        let mut r = run_scenario_with(&sc, self.policy(), &parse_hw(&self.hw)?, &RunOptions::default())?;
         let v = r.tenants.pop().context("the victim has no report")?;
         Ok((v, r.tenants))
     }
@@ -391,15 +414,32 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
         crate::output::check_writable(p)?;
     }
     let kind = if test == Test::Bw { "BW" } else { "Latency" };
+    let sizes = a.sizes(test);
+    let mut session = match &a.connect {
+        Some(sock) => {
+            let qps = if test == Test::Bw { a.qps } else { 1 };
+            let largest = sizes.iter().copied().max().unwrap_or(1);
+            Some(connect::Session::connect(sock, a.tenant.clone(), qps, a.tc, largest)?)
+        }
+        None => None,
+    };
     println!("{RESULT_LINE}");
-    println!("                    {} {kind} Test (simulated {}, virtual time)", op_name(op), profile.name);
+    match &session {
+        Some(_) => {
+            println!("                    {} {kind} Test (through perf-runner serve, wall-clock time)", op_name(op))
+        }
+        None => println!("                    {} {kind} Test (simulated {}, virtual time)", op_name(op), profile.name),
+    }
     println!(" Number of qps   : {}\t\tTransport type : IB", if test == Test::Bw { a.qps } else { 1 });
     if test == Test::Bw {
         println!(" TX depth        : {}\t\tPost List      : {}", a.tx_depth, a.post_list);
     }
-    match &a.with {
-        Some(p) => println!(" Beside          : {}\t\tPolicy         : {}", p.display(), a.policy),
-        None => println!(" Alone on the NIC (no dataplane)"),
+    match (&a.with, &session, &a.connect) {
+        (Some(p), _, _) => println!(" Beside          : {}\t\tPolicy         : {}", p.display(), a.policy()),
+        (None, Some(s), Some(sock)) => {
+            println!(" Daemon          : {}\t\tTenant         : {}", sock.display(), s.tenant())
+        }
+        _ => println!(" Alone on the NIC (no dataplane)"),
     }
     println!("{RESULT_LINE}");
     match test {
@@ -408,10 +448,12 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
     }
     let mut beside = Vec::new();
     let mut json = Vec::new();
-    for size in a.sizes(test) {
+    for size in sizes {
         match test {
             Test::Bw => {
-                let row = if a.with.is_some() {
+                let row = if let Some(s) = session.as_mut() {
+                    s.bw(&a, op, size)?
+                } else if a.with.is_some() {
                     let (v, others) = a.beside(test, op, size)?;
                     beside.push((size, others));
                     let tl = &v.timeline;
@@ -452,7 +494,9 @@ pub fn run(a: Args, test: Test, op: TestOp) -> anyhow::Result<()> {
                 }));
             }
             Test::Lat => {
-                let s = if a.with.is_some() {
+                let s = if let Some(s) = session.as_mut() {
+                    s.lat(&a, op, size)?
+                } else if a.with.is_some() {
                     let (v, others) = a.beside(test, op, size)?;
                     beside.push((size, others));
                     v.hist.as_ref().map(LatStats::from_histogram).context("the victim has no histogram")?

@@ -14,12 +14,18 @@
 //! Live control (`perf-runner ctl`) works as for `run --realtime`.
 //!
 //! A client that goes away (its socket ends) or breaks its ring is closed
-//! ([`Bridge::close`]): its QPs are moved to the error state, what it had
-//! in flight completes (and is dropped), then its regions are
-//! deregistered. The engine has no way to remove a tenant, so its slot
-//! stays, idle, under the name it had. SIGTERM / SIGINT drain every client
+//! ([`Bridge::close`]): its tenant is flushed ([`Dataplane::flush_tenant`]:
+//! what it had in flight completes, with success or a flush error, and is
+//! dropped), then removed ([`Dataplane::remove_tenant`]: its QPs destroyed,
+//! its regions deregistered and unmapped, its name and slot free for the
+//! next client). SIGTERM / SIGINT drain every client
 //! (nothing new is taken, everything taken completes into its ring), then
 //! stop the loop and remove the socket files.
+//!
+//! `--metrics ADDR` serves the loop's, the policy's, every tenant's and
+//! every client's counters in the Prometheus text format ([`metrics`]).
+
+mod metrics;
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
@@ -77,6 +83,11 @@ pub struct Args {
     /// `$PERF_RUNNER_CTL` or `perf-runner.sock`).
     #[arg(long, value_name = "PATH")]
     ctl: Option<PathBuf>,
+    /// Serve the counters in the Prometheus text format at
+    /// `http://ADDR/metrics` (e.g. `127.0.0.1:9464`; port 0 picks one, the
+    /// first line says which).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// At shutdown, how long to wait for in-flight requests, in seconds.
     #[arg(long, default_value_t = 10, value_name = "S")]
     drain_secs: u64,
@@ -169,6 +180,7 @@ enum Setup {
     CreateQp { conn: u64, tc: u8, reply: mpsc::Sender<Result<Reply, String>> },
     ConnectQp { conn: u64, qp: u32, peer: String, peer_qp: u32, reply: mpsc::Sender<Result<Reply, String>> },
     Detach { conn: u64 },
+    Metrics { reply: mpsc::Sender<Result<metrics::HubMetrics, String>> },
 }
 
 /// Where a client stands.
@@ -194,6 +206,14 @@ struct Bridge {
     local: VecDeque<CompletionEntry>,
     taken: u64,
     completed: u64,
+    /// Completions written to the ring: successful, failed; bytes of the
+    /// successful send-side ones; their latencies summed, ns.
+    ok: u64,
+    errors: u64,
+    bytes: u64,
+    latency_ns: u64,
+    /// Whether it broke its ring.
+    broken: bool,
     phase: Phase,
 }
 
@@ -278,6 +298,15 @@ impl Bridge {
                             None => break,
                         },
                     };
+                    if next.status == Status::Success as u8 {
+                        self.ok += 1;
+                        if next.kind != KIND_RECV {
+                            self.bytes += next.byte_len as u64;
+                        }
+                    } else {
+                        self.errors += 1;
+                    }
+                    self.latency_ns += next.latency_ns;
                     self.rings.push_completion(next);
                     self.completed += 1;
                     room -= 1;
@@ -331,6 +360,7 @@ impl Bridge {
     /// The client broke its ring: it gets nothing more from it.
     fn break_ring(&mut self, dp: &mut Dataplane<SimRnic>, why: &str) {
         tracing::warn!(tenant = %self.name, "ring broken: {why}");
+        self.broken = true;
         self.rings.set_status(SegmentStatus::Broken);
         self.close(dp);
     }
@@ -342,14 +372,8 @@ impl Bridge {
             return;
         }
         self.phase = Phase::Closing { since: Instant::now() };
-        let t = self.handle.id;
-        let _ = dp.set_paused(&t.to_string(), false);
-        for q in 0..self.qp_eps.len() as u32 {
-            if let Some(h) = dp.nic_qp(t, q) {
-                if let Err(e) = dp.nic().modify_qp(h, QpTransition::Err) {
-                    tracing::warn!(tenant = %self.name, qp = q, "flushing the QP: {e}");
-                }
-            }
+        if let Err(e) = dp.flush_tenant(self.handle.id) {
+            tracing::warn!(tenant = %self.name, "flushing its QPs: {e}");
         }
     }
 
@@ -373,6 +397,9 @@ struct Hub {
     clients: Arc<AtomicU64>,
     /// Names the engine already has (a name comes back as `name#k`).
     used_names: Vec<String>,
+    /// Clients closed so far, and how many of them broke their ring.
+    closed: u64,
+    broken: u64,
 }
 
 impl Hub {
@@ -417,6 +444,22 @@ impl Hub {
                 let r = self.connect(dp, conn, qp, &peer, peer_qp).map(|()| Reply::Connected);
                 let _ = reply.send(r);
             }
+            Setup::Metrics { reply } => {
+                let clients = self
+                    .bridges
+                    .iter()
+                    .map(|b| metrics::ClientMetrics {
+                        tenant: b.name.clone(),
+                        taken: b.taken,
+                        ok: b.ok,
+                        errors: b.errors,
+                        bytes: b.bytes,
+                        latency_ns: b.latency_ns,
+                        outstanding: b.outstanding(),
+                    })
+                    .collect();
+                let _ = reply.send(Ok(metrics::HubMetrics { clients, closed: self.closed, broken: self.broken }));
+            }
             Setup::Detach { conn } => {
                 if let Ok(b) = self.bridge(conn) {
                     tracing::info!(tenant = %b.name, "client gone");
@@ -454,6 +497,11 @@ impl Hub {
             local: VecDeque::new(),
             taken: 0,
             completed: 0,
+            ok: 0,
+            errors: 0,
+            bytes: 0,
+            latency_ns: 0,
+            broken: false,
             phase: Phase::Live,
         });
         Ok(())
@@ -509,12 +557,27 @@ impl Hub {
                 std::mem::take(&mut self.bridges).into_iter().partition(Bridge::finished);
             self.bridges = live;
             for b in done {
+                self.closed += 1;
+                self.broken += u64::from(b.broken);
                 if b.outstanding() > 0 {
                     tracing::warn!(tenant = %b.name, left = b.outstanding(), "closing client: requests still in flight");
                 }
-                for mr in &b.mrs {
-                    if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
-                        tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
+                // Drain what the loop still holds for it, then remove it.
+                while b.handle.poll().is_some() {}
+                match dp.remove_tenant(b.handle.id) {
+                    Ok(()) => {
+                        if let Some(i) = self.used_names.iter().position(|n| *n == b.name) {
+                            self.used_names.swap_remove(i);
+                        }
+                    }
+                    Err(e) => {
+                        // Its slot stays, idle; its regions go all the same.
+                        tracing::warn!(tenant = %b.name, "removing the tenant: {e}");
+                        for mr in &b.mrs {
+                            if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
+                                tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
+                            }
+                        }
                     }
                 }
                 tracing::info!(tenant = %b.name, taken = b.taken, completed = b.completed, "client closed");
@@ -637,6 +700,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop_signal.clone()).context("installing the signal handlers")?;
     }
     let (setup_tx, setup_rx) = mpsc::sync_channel(64);
+    let started = Instant::now();
+    let metrics = match &a.metrics {
+        None => None,
+        Some(addr) => {
+            let hub_tx = setup_tx.clone();
+            let ask: metrics::AskHub = Box::new(move || {
+                let (reply, rx) = mpsc::channel();
+                hub_tx.send(Setup::Metrics { reply }).map_err(|_| "the dataplane has stopped".to_string())?;
+                rx.recv_timeout(SETUP_WAIT).map_err(|_| "the dataplane did not answer".to_string())?
+            });
+            match metrics::MetricsServer::start(addr, op.clone(), ask, started) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&a.socket);
+                    return Err(e);
+                }
+            }
+        }
+    };
     let draining = Arc::new(AtomicBool::new(false));
     let outstanding = Arc::new(AtomicU64::new(0));
     let clients = Arc::new(AtomicU64::new(0));
@@ -648,10 +730,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         outstanding: outstanding.clone(),
         clients,
         used_names: Vec::new(),
+        closed: 0,
+        broken: 0,
     };
     let core = a.core.or_else(|| core_affinity::get_core_ids().and_then(|ids| ids.iter().map(|c| c.id).max()));
     let stop_loop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
     let dp_thread = dp
         .run_pinned_with(core, stop_loop.clone(), move |dp| Ok(hub.between(dp)))
         .context("starting the dataplane thread")?;
@@ -663,15 +746,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             stop_loop.store(true, Ordering::Relaxed);
             let _ = dp_thread.join();
             let _ = std::fs::remove_file(&a.socket);
+            if let Some(m) = metrics {
+                m.stop();
+            }
             return Err(e);
         }
     };
     println!(
-        "serving on {} (policy {}, core {}, control socket {})",
+        "serving on {} (policy {}, core {}, control socket {}{})",
         a.socket.display(),
         a.policy,
         core.map_or("none".into(), |c| c.to_string()),
-        ctl_path.display()
+        ctl_path.display(),
+        metrics.as_ref().map_or(String::new(), |m| format!(", metrics http://{}/metrics", m.addr()))
     );
 
     let ctx = Arc::new(Ctx { tenants, setup: setup_tx });
@@ -713,6 +800,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let left = outstanding.load(Ordering::Relaxed);
     ctl.stop();
+    if let Some(m) = metrics {
+        m.stop();
+    }
     stop_loop.store(true, Ordering::Relaxed);
     let (dp, pin) = dp_thread
         .join()

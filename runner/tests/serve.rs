@@ -15,6 +15,11 @@
 //!   beside it loses nothing, the daemon keeps serving.
 //! - Clear errors: a second daemon on the same socket, a stale socket
 //!   file, a client of another ring ABI version.
+//! - The perftest tools as client processes (`write-bw --connect`, ...):
+//!   a bulk client and a latency client at once print perftest's rows,
+//!   and `--metrics` serves every tenant's counters in the Prometheus
+//!   text format while they run (scraped over plain HTTP here); once they
+//!   have left, their tenants are gone from the daemon.
 //!
 //! Real time on a shared machine: only what does not depend on timing is
 //! asserted, never a rate. A custom `main` (the target has `harness =
@@ -48,11 +53,12 @@ fn main() {
         return;
     }
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
         ("two_pairs_of_client_processes_move_every_message_once_in_order_with_its_bytes", two_pairs),
         ("a_client_killed_mid_run_is_cleaned_up_and_the_others_lose_nothing", killed_client),
         ("garbage_in_a_request_ring_errors_that_tenant_only", garbage_ring),
         ("a_second_daemon_a_stale_socket_and_an_old_client_get_clear_errors", clear_errors),
+        ("perftest_clients_as_processes_and_the_metrics_endpoint", perftest_clients_and_metrics),
     ];
     let mut ran = 0;
     for (name, f) in tests {
@@ -366,6 +372,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(dir: &Path) -> Daemon {
+        Daemon::start_with(dir, &[]).0
+    }
+
+    /// A daemon with more flags; also returns its first line.
+    fn start_with(dir: &Path, extra: &[&str]) -> (Daemon, String) {
         let sock = dir.join("serve.sock");
         let ctl = dir.join("ctl.sock");
         let mut child = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
@@ -373,6 +384,7 @@ impl Daemon {
             .arg(&sock)
             .arg("--ctl")
             .arg(&ctl)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -380,7 +392,7 @@ impl Daemon {
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let first = line(&mut out).expect("the daemon's first line");
         assert!(first.starts_with("serving on"), "{first}");
-        Daemon { child, sock, ctl, out }
+        (Daemon { child, sock, ctl, out }, first)
     }
 
     /// SIGTERM, then its exit status and last line.
@@ -486,20 +498,38 @@ fn finish_pair(mut send: Proc, mut recv: Proc, n: u64) {
 fn two_pairs() {
     let d = scratch("pairs");
     let daemon = Daemon::start(&d);
-    let a = start_pair(&daemon.sock, "a", 2000, 2);
-    let b = start_pair(&daemon.sock, "b", 1000, 3);
-    finish_pair(a.0, a.1, 2000);
-    finish_pair(b.0, b.1, 1000);
-    let stats = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
-        .args(["ctl", "--socket"])
-        .arg(&daemon.ctl)
-        .arg("stats")
-        .output()
-        .expect("ctl stats");
-    let text = String::from_utf8_lossy(&stats.stdout).to_string();
-    assert!(stats.status.success(), "{text}");
+    let mut a = start_pair(&daemon.sock, "a", 2000, 2);
+    let mut b = start_pair(&daemon.sock, "b", 1000, 3);
+    let stats = || {
+        let stats = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
+            .args(["ctl", "--socket"])
+            .arg(&daemon.ctl)
+            .arg("stats")
+            .output()
+            .expect("ctl stats");
+        let text = String::from_utf8_lossy(&stats.stdout).to_string();
+        assert!(stats.status.success(), "{text}");
+        text
+    };
+    // While connected, each client is a tenant of the daemon.
+    assert_eq!(a.0.expect("OK"), "OK 2000");
+    assert_eq!(b.0.expect("OK"), "OK 1000");
+    let text = stats();
     for t in ["tx-a", "rx-a", "tx-b", "rx-b"] {
         assert!(text.contains(t), "ctl stats lists tenant {t}:\n{text}");
+    }
+    assert_eq!(a.1.expect("OK"), "OK 1000");
+    assert_eq!(b.1.expect("OK"), "OK 500");
+    for p in [a.0, a.1, b.0, b.1] {
+        p.finish();
+    }
+    // Once they have left, their tenants are removed.
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut text = stats();
+    while text.contains("-a ") || text.contains("-b ") {
+        assert!(Instant::now() < end, "the tenants of clients that left are still there:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+        text = stats();
     }
     // A live swap on the running daemon.
     let swap = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
@@ -621,4 +651,134 @@ fn clear_errors() {
     let daemon = Daemon::start(&d);
     let (ok, _) = daemon.stop();
     assert!(ok);
+}
+
+/// The numbers of each row under perftest's header line `header` (whose
+/// first word is `#bytes`).
+fn perftest_rows(out: &str, columns: usize) -> Vec<Vec<f64>> {
+    out.lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("---"))
+        .map(|l| l.split_whitespace().map(|x| x.parse::<f64>().unwrap_or(f64::NAN)).collect::<Vec<_>>())
+        .inspect(|r| assert_eq!(r.len(), columns, "a row of {columns} numbers:\n{out}"))
+        .collect()
+}
+
+/// `GET /metrics` over plain HTTP/1.0: the body.
+fn scrape(addr: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    body.to_string()
+}
+
+/// The samples of a Prometheus text body, `name{labels}` to value; every
+/// sample's family has a `# TYPE` line first.
+fn samples(body: &str) -> HashMap<String, f64> {
+    let mut typed = Vec::new();
+    let mut out = HashMap::new();
+    for l in body.lines() {
+        if let Some(t) = l.strip_prefix("# TYPE ") {
+            typed.push(t.split_whitespace().next().expect("a name").to_string());
+            continue;
+        }
+        if l.starts_with('#') || l.is_empty() {
+            continue;
+        }
+        let (key, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("sample line {l:?}"));
+        let name = key.split('{').next().unwrap_or(key);
+        assert!(typed.iter().any(|t| t == name), "{name} has no # TYPE line before it");
+        out.insert(key.to_string(), value.parse::<f64>().unwrap_or_else(|e| panic!("{l:?}: {e}")));
+    }
+    out
+}
+
+fn perftest_clients_and_metrics() {
+    let d = scratch("perftest");
+    let (daemon, first) = Daemon::start_with(&d, &["--metrics", "127.0.0.1:0"]);
+    let addr = first
+        .split("metrics http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("the first line names the metrics address: {first}"))
+        .to_string();
+    let client = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_perf-runner"))
+            .args(args)
+            .arg("--connect")
+            .arg(&daemon.sock)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("a perftest client")
+    };
+    // A bulk client for a wall-clock window, a latency client beside it.
+    let bulk = client(&["write-bw", "--tenant", "bulk", "-s", "65536", "-q", "2", "-D", "1.5", "--report_gbits"]);
+    // While it runs, its counters are on the endpoint.
+    let end = Instant::now() + Duration::from_secs(20);
+    let during = loop {
+        let m = samples(&scrape(&addr));
+        if m.get("perf_client_requests_total{tenant=\"bulk\"}").is_some_and(|&v| v > 0.0) {
+            break m;
+        }
+        assert!(Instant::now() < end, "the bulk client never showed on the metrics endpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lat = client(&["write-lat", "--tenant", "lat", "-s", "16", "-n", "300"]).wait_with_output().expect("write-lat");
+    let bulk = bulk.wait_with_output().expect("write-bw");
+    let text = |o: &std::process::Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let (lat, bulk) = (text(&lat), text(&bulk));
+    assert!(bulk.contains("Tenant         : bulk") && bulk.contains("wall-clock"), "{bulk}");
+    let bw = perftest_rows(&bulk, 5);
+    assert_eq!(bw.len(), 1, "{bulk}");
+    let (iters, peak, avg, mpps) = (bw[0][1], bw[0][2], bw[0][3], bw[0][4]);
+    assert!(bw[0][0] == 65536.0 && iters > 0.0 && avg > 0.0 && peak >= avg && mpps > 0.0, "{bulk}");
+    let row = &perftest_rows(&lat, 9)[0];
+    assert!(row[0] == 16.0 && row[1] == 300.0, "{lat}");
+    assert!(row[2] > 0.0 && row[2] <= row[4] && row[4] <= row[3] && row[2] <= row[5], "min <= typical <= max:\n{lat}");
+    // The other tools, briefly: SEND (RECVs reposted), READ.
+    for args in [
+        &["send-bw", "-s", "4096", "-n", "300", "-q", "2"][..],
+        &["read-bw", "-s", "8192", "-n", "200"],
+        &["send-lat", "-s", "64", "-n", "100"],
+        &["read-lat", "-s", "64", "-n", "100"],
+    ] {
+        let o = client(args).wait_with_output().expect("a perftest client");
+        let out = text(&o);
+        let rows = perftest_rows(&out, if args[0].ends_with("bw") { 5 } else { 9 });
+        let n: f64 = args[args.iter().position(|a| *a == "-n").expect("-n") + 1].parse().expect("-n N");
+        assert!(rows.len() == 1 && rows[0][1] == n, "{args:?}:\n{out}");
+    }
+    // Every tenant's counters, and the loop's, after they left.
+    let end = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let m = samples(&scrape(&addr));
+        if m.get("perf_clients") == Some(&0.0) || Instant::now() > end {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let get = |m: &HashMap<String, f64>, k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in {m:?}"));
+    assert!(get(&during, "perf_client_bytes_total{tenant=\"bulk\"}") >= 0.0);
+    assert!(get(&during, "perf_tenant_delivered_total{tenant=\"bulk\"}") >= 0.0);
+    // Each client's tenant left with it (flushed, then removed).
+    assert!(!after.keys().any(|k| k.contains("tenant=")), "tenants left behind: {after:?}");
+    // The bulk client's messages, and two completions per ping-pong.
+    assert!(get(&after, "perf_loop_completions_total") >= iters + 600.0);
+    assert_eq!(get(&after, "perf_clients_closed_total"), 6.0);
+    assert_eq!(get(&after, "perf_clients"), 0.0);
+    assert!(get(&after, "perf_loop_completions_total") >= get(&after, "perf_loop_requests_total") - 0.5);
+    assert!(get(&after, "perf_loop_rounds_total") > get(&during, "perf_loop_rounds_total"));
+    assert!(after.contains_key("perf_policy_calls_total{policy=\"perf\"}"), "{after:?}");
+    let (ok, last) = daemon.stop();
+    assert!(ok && last.contains(" 0 left in flight"), "{last}");
 }

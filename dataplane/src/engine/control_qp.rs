@@ -118,6 +118,21 @@ impl ControlQp {
         .map_err(|e| e.error)
     }
 
+    /// Destroys the PCQ, its rescuer and its CQ (the rescuer's CQ is not
+    /// the PCQ's to destroy). The first error is returned, after trying all.
+    pub fn destroy(self, nic: &mut dyn Rnic) -> Result<(), RnicError> {
+        let mut result = Ok(());
+        for qp in [Some(self.qp), self.rescuer].into_iter().flatten() {
+            if let Err(e) = nic.destroy_qp(qp) {
+                result = result.and(Err(e));
+            }
+        }
+        if let Err(e) = nic.destroy_cq(self.cq) {
+            result = result.and(Err(e));
+        }
+        result
+    }
+
     /// The WQE a taking-over QP posts first: wait for hand-off `count`.
     pub fn wait_for(&self, count: u64) -> WrOpcode {
         WrOpcode::Wait { cq: self.cq, count }

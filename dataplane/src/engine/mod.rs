@@ -29,6 +29,7 @@ mod pinned;
 mod post;
 mod qp;
 mod recovery;
+mod removal;
 mod split;
 mod supervise;
 mod tail;
@@ -183,6 +184,8 @@ struct TenantState {
     /// round robin), and the QP of its own to admit from next.
     deficit: i64,
     next_qp: usize,
+    /// Removed (`removal.rs`): an empty slot that `add_tenant` reuses.
+    removed: bool,
 }
 
 impl TenantState {
@@ -223,6 +226,9 @@ pub struct Dataplane<R: Rnic> {
     zw_cq: CqHandle,
     tenants: Vec<TenantState>,
     qps: Vec<DpQp>,
+    /// Slots of `qps` that removed tenants left (`removal.rs`), for
+    /// `create_qp` to reuse.
+    free_qps: Vec<usize>,
     policy: PolicyHost,
     plans: Vec<TenantPlan>,
     /// Some plan has an in-flight window: those tenants' data goes through
@@ -285,6 +291,7 @@ impl<R: Rnic> Dataplane<R> {
             zw_cq,
             tenants: Vec::new(),
             qps: Vec::new(),
+            free_qps: Vec::new(),
             policy,
             plans: Vec::new(),
             windowed: false,
@@ -356,8 +363,10 @@ impl<R: Rnic> Dataplane<R> {
         };
         let (req_tx, req_rx) = bounded(self.cfg.request_queue);
         let (cpl_tx, cpl_rx) = bounded(self.cfg.completion_queue);
-        let id = self.tenants.len() as u32;
-        self.tenants.push(TenantState {
+        // A removed tenant's slot is taken first (its id comes back).
+        let reuse = self.tenants.iter().position(|t| t.removed);
+        let id = reuse.unwrap_or(self.tenants.len()) as u32;
+        let state = TenantState {
             name: name.to_string(),
             pd,
             req_rx,
@@ -377,9 +386,20 @@ impl<R: Rnic> Dataplane<R> {
             inflight: [0; 2],
             deficit: 0,
             next_qp: 0,
-        });
-        self.plans.push(TenantPlan::PASSTHROUGH);
-        self.pacing.push(Pacing::UNLIMITED);
+            removed: false,
+        };
+        match reuse {
+            Some(i) => {
+                self.tenants[i] = state;
+                self.plans[i] = TenantPlan::PASSTHROUGH;
+                self.pacing[i] = Pacing::UNLIMITED;
+            }
+            None => {
+                self.tenants.push(state);
+                self.plans.push(TenantPlan::PASSTHROUGH);
+                self.pacing.push(Pacing::UNLIMITED);
+            }
+        }
         self.policy.on_tenant(&TenantInfo { tenant: id, qps: 0, weight: weight.max(1) });
         Ok(TenantHandle { id, name: name.to_string(), qps: 0, req_tx, cpl_rx })
     }
@@ -388,9 +408,18 @@ impl<R: Rnic> Dataplane<R> {
         self.tenants.get_mut(t as usize).ok_or(RnicError::InvalidArgument(format!("no tenant {t}")))
     }
 
+    /// A tenant that exists and was not removed.
+    fn live_tenant_mut(&mut self, t: u32) -> Result<&mut TenantState, RnicError> {
+        self.tenant_mut(t)?;
+        self.tenants
+            .get_mut(t as usize)
+            .filter(|ts| !ts.removed)
+            .ok_or(RnicError::InvalidArgument(format!("tenant {t} was removed")))
+    }
+
     /// Registers a buffer for tenant `t`.
     pub fn reg_mr(&mut self, t: u32, len: usize) -> Result<Mr, RnicError> {
-        let pd = self.tenant_mut(t)?.pd;
+        let pd = self.live_tenant_mut(t)?.pd;
         let mr = self.nic.reg_mr(
             pd,
             len,
@@ -409,7 +438,7 @@ impl<R: Rnic> Dataplane<R> {
         t: u32,
         register: impl FnOnce(&mut R, PdHandle) -> Result<Mr, RnicError>,
     ) -> Result<Mr, RnicError> {
-        let pd = self.tenant_mut(t)?.pd;
+        let pd = self.live_tenant_mut(t)?.pd;
         let mr = register(&mut self.nic, pd)?;
         self.tenant_mut(t)?.mrs.push(mr);
         Ok(mr)
@@ -431,11 +460,11 @@ impl<R: Rnic> Dataplane<R> {
     /// Creates a data QP for tenant `t` in traffic class `tc`; returns its
     /// index within the tenant and its endpoint for the peer.
     pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
-        self.tenant_mut(t)?;
+        self.live_tenant_mut(t)?;
         // The loop polls a QP's CQEs before it reuses their send-queue slots
         // (and RECVs likewise), so its shared CQs never hold more CQEs than
         // the QPs' queues: refuse a QP that would break that bound.
-        let n = self.qps.len() as u64 + 1;
+        let n = self.qp_count() as u64 + 1;
         if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * self.cfg.rq_depth as u64 > RECV_CQ_DEPTH as u64 {
             return Err(RnicError::InvalidArgument(format!(
                 "{n} data QPs of {} send-queue and {} receive-queue slots would overrun the shared completion queues \
@@ -445,11 +474,23 @@ impl<R: Rnic> Dataplane<R> {
         }
         let (qp, ep) = self.new_nic_qp(t, tc)?;
         let index = self.tenant_mut(t)?.qps.len() as u32;
-        let dp_index = self.qps.len();
-        self.tenant_mut(t)?.qps.push(dp_index);
         let mut q = DpQp::new(t, index, qp);
         q.traffic_class = tc;
-        self.qps.push(q);
+        let dp_index = match self.free_qps.pop() {
+            Some(qi) => {
+                // Sequence numbers go on (as in `recover_qp`), so nothing of
+                // the slot's old QP can be mistaken for the new one's.
+                q.next_seq = self.qps[qi].next_seq;
+                q.next_recv_seq = self.qps[qi].next_recv_seq;
+                self.qps[qi] = q;
+                qi
+            }
+            None => {
+                self.qps.push(q);
+                self.qps.len() - 1
+            }
+        };
+        self.tenant_mut(t)?.qps.push(dp_index);
         let weight = self.tenants[t as usize].weight;
         self.policy.on_tenant(&TenantInfo { tenant: t, qps: index + 1, weight });
         Ok((index, ep))
@@ -457,7 +498,7 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Creates a data QP on the NIC for tenant `t`, in RESET.
     fn new_nic_qp(&mut self, t: u32, tc: u8) -> Result<(QpHandle, QpEndpoint), RnicError> {
-        let pd = self.tenant_mut(t)?.pd;
+        let pd = self.live_tenant_mut(t)?.pd;
         let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
         attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: self.cfg.rq_depth, ..QpCaps::default() };
         attr.cross_channel = self.nic.cross_channel() == CrossChannel::InNic;

@@ -48,7 +48,7 @@ pub struct DataplaneSnapshot {
     pub counters: DataplaneCounters,
     /// The policy host's counters.
     pub policy_counters: PolicyCounters,
-    /// Every tenant.
+    /// Every tenant (removed ones left).
     pub tenants: Vec<TenantSnapshot>,
     /// Every swap so far, in order.
     pub swaps: Vec<SwapRecord>,
@@ -132,11 +132,11 @@ impl<R: Rnic> Dataplane<R> {
 
     /// The tenant named `name` (or with id `name`).
     fn find_tenant(&self, name: &str) -> Result<usize, OperatorError> {
-        let by_name = self.tenants.iter().position(|t| t.name == name);
-        let by_id = name.parse::<usize>().ok().filter(|&i| i < self.tenants.len());
+        let by_name = self.tenants.iter().position(|t| t.name == name && !t.removed);
+        let by_id = name.parse::<usize>().ok().filter(|&i| self.tenants.get(i).is_some_and(|t| !t.removed));
         by_name.or(by_id).ok_or_else(|| OperatorError::UnknownTenant {
             name: name.to_string(),
-            known: self.tenants.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
+            known: self.tenants.iter().filter(|t| !t.removed).map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "),
         })
     }
 
@@ -173,6 +173,7 @@ impl<R: Rnic> Dataplane<R> {
                 .tenants
                 .iter()
                 .enumerate()
+                .filter(|(_, t)| !t.removed)
                 .map(|(i, t)| TenantSnapshot {
                     id: i as u32,
                     name: t.name.clone(),

@@ -19,6 +19,7 @@ mod sim_props;
 mod sim_semantics;
 mod sim_traffic_classes;
 mod soak;
+mod tenant_removal;
 mod verbs_device;
 mod wasm_pacing;
 mod wasm_policy;

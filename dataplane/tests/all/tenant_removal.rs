@@ -1,0 +1,89 @@
+//! Tenants that leave, in virtual time: a tenant flushed mid-run has every
+//! request it had in the NIC, held in software or still in its channel
+//! complete exactly once, in per-QP order, with success or a flush error;
+//! the tenant beside it loses nothing. Removing it is refused while it has
+//! anything left, then destroys its QPs: its name, its id and its QPs'
+//! room in the shared completion queues go to the next tenant, whose
+//! traffic runs as usual.
+
+use crate::common::*;
+use perf_dataplane::engine::OperatorError;
+use perf_dataplane::rnic::RnicError;
+
+/// Splits everything, one active QP per tenant: at the flush most of the
+/// work is held in software, some is in the NIC.
+const POL: Pol = Pol::Force(ForceSplit::HEAVY);
+
+/// Posts `n` WRITEs of tenant `t` spread over its `qps` QPs, with sizes
+/// that split into several chunks.
+fn post_batch(rig: &mut Rig, ledger: &mut Ledger, t: usize, qps: u32, first_id: u64, n: u64) {
+    for k in 0..n {
+        let id = first_id + k;
+        let qp = (id % qps as u64) as u32;
+        let len = 4096 + (id as u32 * 7919) % 60_000;
+        let wr = rig.wr(t, id, qp, false, (qp as u64) << 16, len);
+        ledger.record(&wr);
+        post(&rig.tenants[t].h, wr);
+    }
+}
+
+/// Drives until tenants `ts` have `want` completions each.
+fn drive_until(rig: &mut Rig, ts: &[(usize, usize)]) {
+    let deadline = rig.now_ns() + 500_000_000;
+    rig.drive(deadline, |r| ts.iter().any(|&(t, want)| r.tenants[t].got.len() < want).then_some(r.now_ns() + 100_000));
+}
+
+#[test]
+fn a_tenant_flushed_mid_run_completes_everything_once_then_is_removed_and_its_room_reused() {
+    // Send queues of 32 Ki slots: 32 data QPs fill the shared send CQ.
+    let cfg = DataplaneConfig { sq_depth: 32 * 1024, ..DataplaneConfig::default() };
+    let mut rig = Rig::new(21, POL, cfg);
+    let a = rig.tenant("a", 30, 30 << 16);
+    let b = rig.tenant("b", 2, 2 << 16);
+    let (ta, tb) = (rig.tenants[a].h.id, rig.tenants[b].h.id);
+    assert!(rig.dp.create_qp(tb, 0).is_err(), "a 33rd QP would overrun the shared CQ");
+    assert_eq!((rig.dp.tenant_count(), rig.dp.qp_count()), (2, 32));
+
+    let (mut la, mut lb) = (Ledger::default(), Ledger::default());
+    post_batch(&mut rig, &mut la, a, 30, 0, 300);
+    post_batch(&mut rig, &mut lb, b, 2, 10_000, 40);
+    rig.pump();
+    assert!(matches!(rig.dp.remove_tenant(ta), Err(RnicError::Busy(_))), "a busy tenant is not removed");
+    assert!(!rig.dp.tenant_idle(ta));
+    // The application leaves: flush, then what it had posted after it.
+    rig.dp.flush_tenant(ta).expect("flush");
+    post_batch(&mut rig, &mut la, a, 30, 300, 30);
+    drive_until(&mut rig, &[(a, la.len()), (b, lb.len())]);
+    let outcomes = la.check_outcomes(&rig.tenants[a].got, true, true).expect("exactly once, in per-QP order");
+    let flushed = outcomes.iter().filter(|(_, s)| *s == WcStatus::WrFlushErr).count();
+    assert!(outcomes.iter().all(|(_, s)| matches!(s, WcStatus::Success | WcStatus::WrFlushErr)), "{outcomes:?}");
+    assert!(flushed >= 30, "the flush caught work in flight ({flushed} of {} flushed)", outcomes.len());
+    lb.check(&rig.tenants[b].got, true).expect("the other tenant loses nothing");
+    assert!(rig.tenants[b].got.iter().all(|c| c.status == WcStatus::Success));
+
+    // Nothing left: removed; a second removal, a pause or a QP of it are errors.
+    assert!(rig.dp.tenant_idle(ta));
+    rig.dp.remove_tenant(ta).expect("remove");
+    assert!(matches!(rig.dp.remove_tenant(ta), Err(RnicError::InvalidArgument(_))));
+    assert!(rig.dp.create_qp(ta, 0).is_err());
+    assert!(matches!(rig.dp.set_paused("a", true), Err(OperatorError::UnknownTenant { .. })));
+    assert_eq!((rig.dp.tenant_count(), rig.dp.qp_count()), (1, 2));
+    let names: Vec<String> = rig.dp.snapshot().tenants.into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["b"]);
+
+    // The next tenant takes the name, the id and the 30 QPs' room.
+    let c = rig.tenant("a", 30, 30 << 16);
+    assert_eq!(rig.tenants[c].h.id, ta, "the removed tenant's id is reused");
+    assert_eq!((rig.dp.tenant_count(), rig.dp.qp_count()), (2, 32));
+    let bytes = pattern(4096, 7);
+    rig.write_local(c, 0, &bytes);
+    assert_ne!(rig.read_peer(c, 0, 4096), bytes);
+    let mut lc = Ledger::default();
+    post_batch(&mut rig, &mut lc, c, 30, 20_000, 120);
+    post_batch(&mut rig, &mut lb, b, 2, 10_040, 20);
+    drive_until(&mut rig, &[(c, lc.len()), (b, lb.len())]);
+    lc.check(&rig.tenants[c].got, true).expect("the new tenant's requests, once, in order");
+    assert!(rig.tenants[c].got.iter().all(|c| c.status == WcStatus::Success));
+    lb.check(&rig.tenants[b].got, true).expect("the other tenant still loses nothing");
+    assert_eq!(rig.read_peer(c, 0, 4096), bytes, "the new tenant's QP 0 moved its bytes");
+}
