@@ -19,6 +19,7 @@
 
 mod active_set;
 mod admission;
+mod chan;
 mod completion;
 pub mod control_qp;
 mod handoff;
@@ -28,6 +29,7 @@ mod pacing;
 mod pinned;
 mod post;
 mod qp;
+mod ready;
 mod recovery;
 mod split;
 mod supervise;
@@ -37,16 +39,18 @@ mod tick;
 
 use std::collections::VecDeque;
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{unbounded, Receiver, Sender, TrySendError};
 use perf_policy_sdk::{Pacing, RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
 
 use crate::policy::PolicyHost;
 use crate::rnic::*;
+use chan::{BoundedRx, BoundedTx};
 use control_qp::ControlQp;
 pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta, WindowCharge};
+use ready::{IndexSet, Ready};
 use recovery::SharedCq;
 use split::{emit_chunk, WqeSpec};
 pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
@@ -70,6 +74,11 @@ pub struct DataplaneConfig {
     /// policy other than passthrough makes the host drop the policy (0 =
     /// no watchdog). See [`Dataplane::swap_policy`] and `docs/hostile-policies.md`.
     pub watchdog_ns: u64,
+    /// Entries of each of the loop's two shared CQs (every data QP's send
+    /// completions go to one, its receive completions to the other). When
+    /// the QPs' queues together hold more than this, the QPs share it under
+    /// a budget (see [`Dataplane::create_qp`]).
+    pub cq_depth: u32,
 }
 
 impl Default for DataplaneConfig {
@@ -81,16 +90,18 @@ impl Default for DataplaneConfig {
             completion_queue: 8192,
             max_requests_per_round: 512,
             watchdog_ns: 1_000_000_000,
+            cq_depth: SHARED_CQ_DEPTH,
         }
     }
 }
 
 impl DataplaneConfig {
     /// The default settings with queue depths that let `qps` data QPs
-    /// share the loop's completion queues: each queue depth is the
-    /// default's, or the largest power of two that fits (at least 16), so
-    /// a run with thousands of QPs gets shallower queues rather than a
-    /// refusal; as on a real NIC, a QP's rings cost memory per slot.
+    /// fit the loop's completion queues without sharing them under a
+    /// budget: each queue depth is the default's, or the largest power of
+    /// two that fits (at least 16), so a run with thousands of QPs gets
+    /// shallower queues; as on a real NIC, a QP's rings cost memory per
+    /// slot.
     pub fn for_qps(qps: usize) -> Self {
         let d = Self::default();
         let fit = |default: u32, cq: u32| {
@@ -101,7 +112,7 @@ impl DataplaneConfig {
                 1u32 << (63 - most.leading_zeros())
             }
         };
-        DataplaneConfig { sq_depth: fit(d.sq_depth, SEND_CQ_DEPTH), rq_depth: fit(d.rq_depth, RECV_CQ_DEPTH), ..d }
+        DataplaneConfig { sq_depth: fit(d.sq_depth, d.cq_depth), rq_depth: fit(d.rq_depth, d.cq_depth), ..d }
     }
 }
 
@@ -123,6 +134,9 @@ pub struct DataplaneCounters {
     /// Times fair admission stopped a tenant because the shared in-flight
     /// budget was full (the plans' `window_kib` / `read_window_kib`).
     pub window_holds: u64,
+    /// Times a QP found no room for its WQEs in the shared send CQ's
+    /// budget (only when the QPs' send queues together oversubscribe it).
+    pub cq_budget_holds: u64,
     /// Zero-weight WRs posted.
     pub zero_weight_wrs: u64,
     /// Post lists (doorbells).
@@ -156,14 +170,19 @@ pub struct DataplaneCounters {
 struct TenantState {
     name: String,
     pd: PdHandle,
-    req_rx: Receiver<WorkRequest>,
-    cpl_tx: Sender<Completion>,
+    req_rx: BoundedRx<WorkRequest>,
+    cpl_tx: BoundedTx<Completion>,
     overflow: VecDeque<Completion>,
     qps: Vec<usize>,
     mrs: Vec<Mr>,
     pcq: Option<ControlQp>,
     weight: u32,
     rr: usize,
+    /// The manage round `rr` is up to date for (it advances once per
+    /// round while the tenant is capped; see [`Dataplane::settle_rr`]).
+    rr_round: u64,
+    /// The tenant's live timers, by [`TimerKind`] (`u64::MAX`: none).
+    timer_at: [u64; 2],
     tick: TickAccum,
     /// Releases that failed QPs may have taken with them (see
     /// [`Dataplane::rescue_stalls`]).
@@ -209,10 +228,8 @@ const WR_QP_SHIFT: u32 = 40;
 const WR_SEQ_MASK: u64 = (1 << WR_QP_SHIFT) - 1;
 /// Send-queue slots kept free for control WQEs (WAIT, SEND_ENABLE).
 const CTRL_RESERVE: u32 = 4;
-/// Depth of the data QPs' shared send CQ.
-const SEND_CQ_DEPTH: u32 = 1 << 20;
-/// Depth of the data QPs' shared receive CQ.
-const RECV_CQ_DEPTH: u32 = 1 << 20;
+/// Default depth of the data QPs' shared send and receive CQs.
+const SHARED_CQ_DEPTH: u32 = 1 << 20;
 
 /// The dataplane over one RNIC.
 pub struct Dataplane<R: Rnic> {
@@ -246,6 +263,24 @@ pub struct Dataplane<R: Rnic> {
     operator: Option<(Sender<operator::Command>, Receiver<operator::Command>)>,
     /// Whether the loop measures its wall time (`busy_ns`, `policy_ns`).
     timed: bool,
+    /// Who a round visits ([`ready`]).
+    ready: Ready,
+    /// Tenants' announcements that their request channel stopped being
+    /// empty (the sending end is cloned into each tenant's channel).
+    arrivals: (Sender<u32>, Receiver<u32>),
+    /// Rounds of active-set management run so far.
+    manage_round: u64,
+    /// Visit every tenant and QP every round (the walk before ready sets).
+    exhaustive: bool,
+    /// Entries of the shared send and receive CQs that posted WQEs and
+    /// RECVs may still fill (`[send, recv]`): the shared-CQ budget.
+    cq_used: [u64; 2],
+    /// QPs that found no room in the shared send CQ's budget.
+    cq_waiters: Vec<usize>,
+    /// Tenants whose token bucket has a rate (may hold a timer).
+    rated: IndexSet,
+    /// The plans and rate limits before the policy's tick (reused).
+    before: (Vec<TenantPlan>, Vec<Pacing>),
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -274,8 +309,8 @@ fn recycle<'a>(v: Vec<SendWr<'_>>) -> Vec<SendWr<'a>> {
 impl<R: Rnic> Dataplane<R> {
     /// A dataplane over `nic` running `policy`.
     pub fn new(mut nic: R, policy: PolicyHost, cfg: DataplaneConfig) -> Result<Self, RnicError> {
-        let send_cq = nic.create_cq(CqAttr { depth: SEND_CQ_DEPTH, ignore_overrun: false })?;
-        let recv_cq = nic.create_cq(CqAttr { depth: RECV_CQ_DEPTH, ignore_overrun: false })?;
+        let send_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
+        let recv_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
         let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
         Ok(Dataplane {
             nic,
@@ -299,6 +334,14 @@ impl<R: Rnic> Dataplane<R> {
             sup: supervise::Supervisor::default(),
             operator: None,
             timed: false,
+            ready: Ready::default(),
+            arrivals: unbounded(),
+            manage_round: 0,
+            exhaustive: false,
+            cq_used: [0; 2],
+            cq_waiters: Vec::new(),
+            rated: IndexSet::default(),
+            before: (Vec::new(), Vec::new()),
         })
     }
 
@@ -322,8 +365,15 @@ impl<R: Rnic> Dataplane<R> {
     /// step one nanosecond at a time.
     pub fn next_timer_ns(&self) -> u64 {
         let now = self.nic.clock_ns();
-        let buckets = self.tenants.iter().filter_map(|t| t.bucket.ready_at()).filter(|&at| at > now);
-        buckets.fold(self.next_tick_ns, u64::min).min(self.sup.next_timer_ns(&self.cfg))
+        let mut at = self.next_tick_ns.min(self.sup.next_timer_ns(&self.cfg));
+        let mut i = 0;
+        while let Some(t) = self.rated.next_from(i) {
+            i = t + 1;
+            if let Some(ready) = self.tenants[t].bucket.ready_at().filter(|&r| r > now) {
+                at = at.min(ready);
+            }
+        }
+        at
     }
 
     /// The policy host (its name and counters).
@@ -354,9 +404,9 @@ impl<R: Rnic> Dataplane<R> {
         } else {
             None
         };
-        let (req_tx, req_rx) = bounded(self.cfg.request_queue);
-        let (cpl_tx, cpl_rx) = bounded(self.cfg.completion_queue);
         let id = self.tenants.len() as u32;
+        let (req_tx, req_rx) = chan::bounded(self.cfg.request_queue, Some((self.arrivals.0.clone(), id)));
+        let (cpl_tx, cpl_rx) = chan::bounded(self.cfg.completion_queue, None);
         self.tenants.push(TenantState {
             name: name.to_string(),
             pd,
@@ -368,6 +418,8 @@ impl<R: Rnic> Dataplane<R> {
             pcq,
             weight: weight.max(1),
             rr: 0,
+            rr_round: self.manage_round,
+            timer_at: [u64::MAX; 2],
             tick: TickAccum::default(),
             lost_releases: 0,
             stalled_at: None,
@@ -432,18 +484,25 @@ impl<R: Rnic> Dataplane<R> {
     /// index within the tenant and its endpoint for the peer.
     pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
         self.tenant_mut(t)?;
-        // The loop polls a QP's CQEs before it reuses their send-queue slots
-        // (and RECVs likewise), so its shared CQs never hold more CQEs than
-        // the QPs' queues: refuse a QP that would break that bound.
+        // The loop polls a QP's CQEs before it reuses their send-queue
+        // slots (and RECVs likewise). When the QPs' queues together hold
+        // more than the shared CQs, the QPs share them under a budget
+        // (`ready.rs`, `send_cq_budget`): the WQEs and RECVs posted and not
+        // yet polled never exceed the CQs' entries, and control WQEs keep a
+        // reserve of `CTRL_RESERVE` entries per QP. A QP whose queue alone,
+        // or whose reserve, would not fit is refused.
         let n = self.qps.len() as u64 + 1;
-        if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * self.cfg.rq_depth as u64 > RECV_CQ_DEPTH as u64 {
+        let cq = self.cfg.cq_depth as u64;
+        if self.cfg.sq_depth as u64 + n * CTRL_RESERVE as u64 > cq || self.cfg.rq_depth as u64 > cq {
             return Err(RnicError::InvalidArgument(format!(
-                "{n} data QPs of {} send-queue and {} receive-queue slots would overrun the shared completion queues \
-                 ({} slots each; see DataplaneConfig::for_qps)",
-                self.cfg.sq_depth, self.cfg.rq_depth, SEND_CQ_DEPTH
+                "{n} data QPs of {} send-queue and {} receive-queue slots do not fit the shared completion queues \
+                 ({cq} entries each, {CTRL_RESERVE} per QP kept for control WQEs)",
+                self.cfg.sq_depth, self.cfg.rq_depth
             )));
         }
         let (qp, ep) = self.new_nic_qp(t, tc)?;
+        // The rotation pointer counts QPs: bring it up to date first.
+        self.settle_rr(t as usize);
         let index = self.tenant_mut(t)?.qps.len() as u32;
         let dp_index = self.qps.len();
         self.tenant_mut(t)?.qps.push(dp_index);
@@ -483,6 +542,7 @@ impl<R: Rnic> Dataplane<R> {
     pub fn round(&mut self) -> Result<bool, RnicError> {
         self.counters.rounds += 1;
         let now = self.nic.clock_ns();
+        self.collect_ready(now);
         if self.sup.has_pending() {
             // At the round boundary, before the tick: a new policy ticks at once.
             self.apply_swaps(now);
