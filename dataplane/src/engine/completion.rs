@@ -144,7 +144,7 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
-        self.tenants[t].release_window(released);
+        self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
         let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
         if !out.is_empty() {

@@ -205,10 +205,40 @@ struct TenantState {
 }
 
 impl TenantState {
-    /// Gives back what retired WQEs held of the windows.
-    fn release_window(&mut self, released: [u64; 2]) {
+    /// Gives back what retired WQEs held of the windows, and of `windowed`
+    /// (the windowed tenants' total) if the tenant is windowed.
+    fn release_window(&mut self, released: [u64; 2], mut windowed: Option<&mut [u64; 2]>) {
         for (k, r) in released.into_iter().enumerate() {
-            self.inflight[k] = self.inflight[k].saturating_sub(r);
+            let freed = self.inflight[k].min(r);
+            self.inflight[k] -= freed;
+            if let Some(w) = windowed.as_deref_mut() {
+                w[k] = w[k].saturating_sub(freed);
+            }
+        }
+    }
+
+    /// Charges a data WQE against the windows, and against `windowed` (the
+    /// windowed tenants' total) if the tenant is windowed.
+    fn charge_window(&mut self, c: WindowCharge, windowed: Option<&mut [u64; 2]>) {
+        self.inflight[c.read as usize] += c.bytes as u64;
+        if let Some(w) = windowed {
+            w[c.read as usize] += c.bytes as u64;
+        }
+    }
+}
+
+impl<R: Rnic> Dataplane<R> {
+    /// After the plans changed: whether any is windowed, fair admission's
+    /// budget and what the windowed tenants hold in flight.
+    fn plans_changed(&mut self) {
+        self.windowed = self.plans.iter().any(|p| p.windowed());
+        self.window_budget = [0; 2];
+        self.windowed_inflight = [0; 2];
+        for (p, ts) in self.plans.iter().zip(&self.tenants).filter(|(p, _)| p.windowed()) {
+            self.window_budget[0] = self.window_budget[0].max(p.window_kib as u64 * 1024);
+            self.window_budget[1] = self.window_budget[1].max(p.read_window_kib as u64 * 1024);
+            self.windowed_inflight[0] += ts.inflight[0];
+            self.windowed_inflight[1] += ts.inflight[1];
         }
     }
 }
@@ -247,6 +277,11 @@ pub struct Dataplane<R: Rnic> {
     windowed: bool,
     /// The tenant fair admission serves first in the next round.
     admit_next: usize,
+    /// Fair admission's budget per direction: the largest window among
+    /// the windowed plans (kept by [`Dataplane::plans_changed`]).
+    window_budget: [u64; 2],
+    /// Bytes the windowed tenants hold in flight, per direction.
+    windowed_inflight: [u64; 2],
     /// The policy's rate limit of each tenant (applied to the buckets).
     pacing: Vec<Pacing>,
     next_tick_ns: u64,
@@ -297,6 +332,8 @@ struct Scratch {
     wrs: Vec<SendWr<'static>>,
     /// Application completions found while retiring WQEs.
     out: Vec<Completion>,
+    /// The tenants fair admission visits in a round.
+    admit: Vec<usize>,
 }
 
 /// Reuses an empty vector's allocation for elements of another lifetime
@@ -324,6 +361,8 @@ impl<R: Rnic> Dataplane<R> {
             plans: Vec::new(),
             windowed: false,
             admit_next: 0,
+            window_budget: [0; 2],
+            windowed_inflight: [0; 2],
             pacing: Vec::new(),
             next_tick_ns: 0,
             wcs: vec![Wc::EMPTY; 256],

@@ -157,7 +157,7 @@ impl<R: Rnic> Dataplane<R> {
                     let bytes = specs.get(before).and_then(|s| s.sge).map_or(0, |g| g.length as u64);
                     self.tenants[t].bucket.take(bytes);
                     if let Some(c) = specs.get(before).map(|s| s.charge) {
-                        self.tenants[t].inflight[c.read as usize] += c.bytes as u64;
+                        self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
                     }
                     // Under a window, every chunk is signaled: its CQE gives
                     // its bytes back, so the window refills chunk by chunk.
@@ -261,7 +261,7 @@ impl<R: Rnic> Dataplane<R> {
             for s in &specs[posted..] {
                 unposted[s.charge.read as usize] += s.charge.bytes as u64;
             }
-            self.tenants[t].release_window(unposted);
+            self.tenants[t].release_window(unposted, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
             for s in &specs[posted..] {
                 if let Meta::App { wr_id, posted_ns, .. } = s.meta {
                     let status = first.take().unwrap_or(WcStatus::WrFlushErr);

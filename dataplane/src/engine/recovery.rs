@@ -115,7 +115,7 @@ impl<R: Rnic> Dataplane<R> {
         }
         q.outstanding = 0;
         q.pending_error = None;
-        self.tenants[t].release_window(released);
+        self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
         self.cq_retired(retired);
         for c in out {
             self.counters.refused += 1;

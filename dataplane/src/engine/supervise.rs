@@ -296,7 +296,7 @@ impl<R: Rnic> Dataplane<R> {
         self.retire(old);
         self.settle_all_rr();
         self.plans.fill(TenantPlan::PASSTHROUGH);
-        self.windowed = false;
+        self.plans_changed();
         // The old policy's rate limits go with it.
         self.pacing.fill(Pacing::UNLIMITED);
         self.tenants.iter_mut().for_each(|t| t.bucket.set(Pacing::UNLIMITED, now));
@@ -347,7 +347,7 @@ impl<R: Rnic> Dataplane<R> {
         self.settle_all_rr();
         self.plans.fill(TenantPlan::PASSTHROUGH);
         self.mark_all();
-        self.windowed = false;
+        self.plans_changed();
         self.next_tick_ns = now;
         for q in &mut self.qps {
             q.progress_ns = now;

@@ -78,7 +78,7 @@ impl<R: Rnic> Dataplane<R> {
         let mut plans = std::mem::take(&mut self.plans);
         self.policy.on_tick(now, &stats, &mut plans);
         self.plans = plans;
-        self.windowed = self.plans.iter().any(|p| p.window_kib > 0 || p.read_window_kib > 0);
+        self.plans_changed();
         let mut pacing = std::mem::take(&mut self.pacing);
         self.policy.on_pacing(now, &mut pacing);
         if let Some(t0) = timer {
