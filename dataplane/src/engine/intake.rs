@@ -85,11 +85,23 @@ impl<R: Rnic> Dataplane<R> {
             // channel instead of growing the loop's memory.
             let mut held = self.held_requests(t);
             let unpolled = self.tenants[t].overflow.len();
-            for _ in 0..self.cfg.max_requests_per_round {
-                if held >= self.cfg.request_queue || unpolled >= self.cfg.request_queue {
+            let (most, bound) = (self.cfg.max_requests_per_round, self.cfg.request_queue);
+            let mut taken = 0;
+            // Taken in batches, each no larger than the requests the bounds
+            // still allow (a request adds at most one to `held`), so a batch
+            // is never cut short.
+            let mut batch = std::mem::take(&mut self.scratch.batch);
+            loop {
+                if taken >= most || held >= bound || unpolled >= bound {
                     break;
                 }
-                let Some(wr) = self.tenants[t].req_rx.try_recv() else { break };
+                if batch.is_empty()
+                    && self.tenants[t].req_rx.recv_into((most - taken).min(bound - held), &mut batch) == 0
+                {
+                    break;
+                }
+                let Some(wr) = batch.pop_front() else { break };
+                taken += 1;
                 did = true;
                 self.counters.requests += 1;
                 let ts = &self.tenants[t];
@@ -128,6 +140,8 @@ impl<R: Rnic> Dataplane<R> {
                 self.mark_post(qi);
                 self.mark_manage(t);
             }
+            debug_assert!(batch.is_empty(), "a batch is taken whole");
+            self.scratch.batch = batch;
             // Back in the set when its next post finds the channel empty.
             if self.tenants[t].req_rx.is_idle() {
                 self.ready.intake.remove(t);

@@ -39,12 +39,12 @@ mod tick;
 
 use std::collections::VecDeque;
 
-use crossbeam_channel::{unbounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use perf_policy_sdk::{Pacing, RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
 
 use crate::policy::PolicyHost;
 use crate::rnic::*;
-use chan::{BoundedRx, BoundedTx};
+use chan::{Arrivals, BoundedRx, BoundedTx};
 use control_qp::ControlQp;
 pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
@@ -301,8 +301,8 @@ pub struct Dataplane<R: Rnic> {
     /// Who a round visits ([`ready`]).
     ready: Ready,
     /// Tenants' announcements that their request channel stopped being
-    /// empty (the sending end is cloned into each tenant's channel).
-    arrivals: (Sender<u32>, Receiver<u32>),
+    /// empty (shared with each tenant's channel).
+    arrivals: Arrivals,
     /// Rounds of active-set management run so far.
     manage_round: u64,
     /// Visit every tenant and QP every round (the walk before ready sets).
@@ -334,6 +334,10 @@ struct Scratch {
     out: Vec<Completion>,
     /// The tenants fair admission visits in a round.
     admit: Vec<usize>,
+    /// Tenant ids announced by their request channels.
+    arrived: Vec<u32>,
+    /// Requests taken from a tenant's channel in one batch.
+    batch: VecDeque<WorkRequest>,
 }
 
 /// Reuses an empty vector's allocation for elements of another lifetime
@@ -374,7 +378,7 @@ impl<R: Rnic> Dataplane<R> {
             operator: None,
             timed: false,
             ready: Ready::default(),
-            arrivals: unbounded(),
+            arrivals: Arrivals::default(),
             manage_round: 0,
             exhaustive: false,
             cq_used: [0; 2],
@@ -444,7 +448,7 @@ impl<R: Rnic> Dataplane<R> {
             None
         };
         let id = self.tenants.len() as u32;
-        let (req_tx, req_rx) = chan::bounded(self.cfg.request_queue, Some((self.arrivals.0.clone(), id)));
+        let (req_tx, req_rx) = chan::bounded(self.cfg.request_queue, Some((self.arrivals.clone(), id)));
         let (cpl_tx, cpl_rx) = chan::bounded(self.cfg.completion_queue, None);
         self.tenants.push(TenantState {
             name: name.to_string(),

@@ -144,9 +144,12 @@ impl<R: Rnic> Dataplane<R> {
     /// At the start of a round: the arrivals announced since the last one
     /// and the timers due by `now`.
     pub(super) fn collect_ready(&mut self, now: u64) {
-        while let Ok(t) = self.arrivals.1.try_recv() {
+        let mut arrived = std::mem::take(&mut self.scratch.arrived);
+        self.arrivals.take(&mut arrived);
+        for &t in &arrived {
             self.ready.intake.insert(t as usize);
         }
+        self.scratch.arrived = arrived;
         while let Some((when, t, kind)) = self.ready.pop_due(now) {
             let Some(ts) = self.tenants.get_mut(t as usize) else { continue };
             let at = &mut ts.timer_at[kind as usize];
