@@ -167,10 +167,16 @@ impl<R: Rnic> Dataplane<R> {
         }
     }
 
-    /// QP `qi` may have something to post (or admit).
+    /// QP `qi` may have something to post (or admit). A QP of a tenant
+    /// whose pacing pauses it could post only control WQEs: without any, it
+    /// waits for the pacing to change (which marks the whole tenant).
     pub(super) fn mark_post(&mut self, qi: usize) {
-        self.ready.post.insert(qi);
-        self.ready.admit.insert(self.qps[qi].tenant as usize);
+        let q = &self.qps[qi];
+        let t = q.tenant as usize;
+        if !self.tenants[t].bucket.paused() || q.pending_release || q.pending_wait.is_some() {
+            self.ready.post.insert(qi);
+        }
+        self.ready.admit.insert(t);
     }
 
     /// Tenant `t`'s active QP set may change.

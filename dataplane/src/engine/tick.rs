@@ -102,8 +102,13 @@ impl<R: Rnic> Dataplane<R> {
         }
         self.before = (old_plans, old_pacing);
         for ts in &mut self.tenants {
-            let ewma = ts.tick.ewma;
-            ts.tick = TickAccum { ewma, ..TickAccum::default() };
+            // An idle tenant's accumulator is already clear (its histogram
+            // is a kilobyte: not rewritten for nothing).
+            let a = &ts.tick;
+            if a.max_depth != 0 || a.max_msg != 0 || a.completed != 0 || a.bytes != 0 || !a.tail.is_empty() {
+                let ewma = a.ewma;
+                ts.tick = TickAccum { ewma, ..TickAccum::default() };
+            }
         }
     }
 }
