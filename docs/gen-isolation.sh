@@ -6,7 +6,7 @@
 # independent and run on one thread per core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p perf-runner
+cargo build --release -q --workspace
 R=./target/release/perf-runner
 PROFILES=${PROFILES:-"cx6-100g cx6-100g-costly"}
 mkdir -p docs/plots/isolation

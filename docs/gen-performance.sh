@@ -9,17 +9,19 @@
 # comes from this run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p perf-runner
-cargo bench -p perf-benches --no-run -q
+# The workspace selection, as CI builds it (a -p selection resolves the
+# dependencies' features differently and rebuilds the tree).
+cargo build --release -q --workspace
+cargo bench -q --workspace --bench '*' --no-run
 rm -rf target/perf-bench
 t0=$(date +%s.%N)
-PERF_BENCH_QUICK=1 cargo bench -q -p perf-benches >/dev/null
+PERF_BENCH_QUICK=1 cargo bench -q --workspace --bench '*' >/dev/null
 t1=$(date +%s.%N)
 rm -rf target/perf-bench
-cargo bench -p perf-benches
+cargo bench --workspace --bench '*'
 t2=$(date +%s.%N)
-cargo run --release -q -p perf-benches --bin bench-report -- --out docs/performance.md --plots docs/plots/performance \
+target/release/bench-report -- --out docs/performance.md --plots docs/plots/performance \
     --quick-wall-s "$(echo "$t1 - $t0" | bc)" --full-wall-s "$(echo "$t2 - $t1" | bc)"
 # Which guarded ratios moved against benches/baseline.json (on the page
 # too; not a failure here).
-cargo run --release -q -p perf-benches --bin bench-guard -- --report-only
+target/release/bench-guard -- --report-only

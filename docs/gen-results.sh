@@ -8,7 +8,7 @@
 # docs/results.md states its wall time and peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p perf-runner
+cargo build --release -q --workspace
 R=./target/release/perf-runner
 POLICIES=${POLICIES:-$($R policy list | awk '$1 !~ /^wasm:/ {print $1}' | paste -sd, -)}
 # Experiment 6's folder (its section, table and plots) is kept unless RUN_EXP6=1 redoes it.

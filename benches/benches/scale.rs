@@ -4,11 +4,14 @@
 //! that `perf` splits with zero-weight WRs), over the null RNIC (the loop
 //! alone, wall time inside `round()`), under `passthrough`, native `perf`
 //! and the wasm `perf` module. Every data QP has a 1024-slot send queue
-//! (the dataplane bounds QPs x send-queue depth by its shared CQs).
+//! (beyond 1024 QPs they oversubscribe the shared CQs, which they then
+//! share under a budget).
 //!
 //! Then the paper's scale case, 1000 `B_App` tenants x 8 QPs beside one
 //! `M_App`: set up as the runner would (default configuration); if the
-//! dataplane refuses it, the reason is recorded.
+//! dataplane refuses it, the reason is recorded. And two larger shapes
+//! under wasm `perf`: 3000 tenants x 1 QP, and 1250 tenants x 8 QPs
+//! (10,000 QPs).
 //!
 //! `cargo bench -p perf-benches --bench scale`; `PERF_BENCH_QUICK=1` runs
 //! each cell once, briefly. Each cell is the median of 5 runs, the cells
@@ -117,6 +120,10 @@ fn main() {
             println!("  {label}: ns/WQE at 100x8 / at 100x1: {:.2}x", hi / lo);
             rec.ratio(&format!("scale/{label}/wqe_cost_100x8_over_100x1"), hi / lo);
         }
+        if let (Some(lo), Some(hi)) = (get(&rec, "10x1"), get(&rec, "1000x8")) {
+            println!("  {label}: ns/WQE at 1000x8 / at 10x1: {:.2}x (aim 1.5x)", hi / lo);
+            rec.ratio(&format!("scale/{label}/wqe_cost_1000x8_over_10x1"), hi / lo);
+        }
     }
     if let (Some(w), Some(p)) =
         (rec.value("scale/perf-wasm/100x8/ns_per_wqe"), rec.value("scale/passthrough/100x8/ns_per_wqe"))
@@ -141,6 +148,29 @@ fn main() {
         Err(e) => {
             println!("scale case (1000 B x 8 QPs + M, {} QPs): refused: {e}", shape.total_qps());
             rec.note("scale_case/refused", &e);
+        }
+    }
+    // Larger shapes, once each.
+    for (t, q) in [(3000u32, 1u32), (1250, 8)] {
+        let shape =
+            LoadShape { tenants: t, qps: q, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
+        let key = format!("scale_large/perf-wasm/{t}x{q}");
+        match measure("wasm:perf", shape, warmup, budget) {
+            Ok(m) => {
+                println!(
+                    "large (wasm perf) {t} tenants x {q} QPs ({} QPs): {:.0} ns/round, {:.1} ns/WQE, {:.2} M WQEs/s",
+                    shape.total_qps(),
+                    m.ns_per_round(),
+                    m.ns_per_wqe(),
+                    m.wqes_per_s() / 1e6
+                );
+                rec.figure(&format!("{key}/ns_per_wqe"), m.ns_per_wqe(), "ns");
+                rec.figure(&format!("{key}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
+            }
+            Err(e) => {
+                println!("large (wasm perf) {t} tenants x {q} QPs: refused: {e}");
+                rec.note(&format!("{key}/refused"), &e);
+            }
         }
     }
     rec.save();

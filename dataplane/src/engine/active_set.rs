@@ -1,6 +1,8 @@
 //! QP-level isolation: each tenant's set of active QPs kept within its
 //! plan's cap, and rotated after the quantum (requests, bytes or time)
 //! with an in-NIC hand-off through the tenant's preemption control QP.
+//! A round manages only the tenants in the `manage` ready set (an arrival,
+//! a completion, a post, a plan change, or a quantum timer: `ready.rs`).
 
 use super::*;
 
@@ -10,7 +12,23 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn manage_active_sets(&mut self, now: u64) -> Result<(), RnicError> {
         let mut qps = std::mem::take(&mut self.scratch.qps);
         let mut waiting = std::mem::take(&mut self.scratch.waiting);
-        let r = (0..self.tenants.len()).try_for_each(|t| self.manage_tenant(t, now, &mut qps, &mut waiting));
+        let mut r = Ok(());
+        let mut next = 0;
+        while let Some(t) = self.ready.manage.next_from(next) {
+            next = t + 1;
+            if t >= self.tenants.len() {
+                break;
+            }
+            self.ready.manage.remove(t);
+            self.settle_rr(t);
+            r = self.manage_tenant(t, now, &mut qps, &mut waiting);
+            self.tenants[t].rr_round = self.manage_round + 1;
+            if r.is_err() {
+                break;
+            }
+            self.arm_quantum(t);
+        }
+        self.manage_round += 1;
         self.scratch.qps = qps;
         self.scratch.waiting = waiting;
         r
@@ -79,6 +97,7 @@ impl<R: Rnic> Dataplane<R> {
                 q.active_since_ns = now;
                 q.active_requests = 0;
                 q.active_bytes = 0;
+                self.mark_post(qi);
                 continue;
             };
             let wait = match self.tenants[t].pcq.as_mut() {
@@ -89,6 +108,7 @@ impl<R: Rnic> Dataplane<R> {
             if handoff::give_up_slot(&mut self.qps[qi], wait.is_some()) {
                 self.activate(next, now, wait);
             }
+            self.mark_post(qi);
         }
         self.tenants[t].rr = (start + 1) % n.max(1);
         Ok(())
@@ -105,6 +125,7 @@ impl<R: Rnic> Dataplane<R> {
         q.active_requests = 0;
         q.active_bytes = 0;
         q.pending_wait = wait;
+        self.mark_post(qi);
     }
 }
 

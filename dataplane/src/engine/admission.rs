@@ -15,14 +15,22 @@
 //! A tenant with nothing in flight in a direction may always post one
 //! WQE there, and a tenant holding less than its reservation (8 KiB x its
 //! weight, at most its weighted share of the budget among the tenants
-//! with work) may post whatever the others hold: a ping-pong or a sparse
-//! sender never waits for room, even with a message already in flight.
-//! The budget is exceeded by at most the reservations, which are bounded
-//! by it. Beyond its reservation a tenant waits its turn, so the shares
-//! of backlogged tenants stay those of the deficit round robin (holding
-//! its weighted share of the in-flight bytes would not give a tenant its
-//! share of the throughput: the NIC serves one WQE per QP per turn, so a
-//! tenant with few QPs would see its WQEs wait longer than one with many).
+//! waiting for admission) may post whatever the others hold: a ping-pong
+//! or a sparse sender never waits for room, even with a message already in
+//! flight. The budget is exceeded by at most the reservations, which are
+//! bounded by it. Beyond its reservation a tenant waits its turn, so the
+//! shares of backlogged tenants stay those of the deficit round robin
+//! (holding its weighted share of the in-flight bytes would not give a
+//! tenant its share of the throughput: the NIC serves one WQE per QP per
+//! turn, so a tenant with few QPs would see its WQEs wait longer than one
+//! with many).
+//!
+//! A round visits only the windowed tenants in the `admit` ready set
+//! (`ready.rs`), in the same rotated order as a walk over all tenants: a
+//! tenant leaves the set once it has no data QP to admit from and no
+//! deficit left, which is when a visit would change nothing. The budget
+//! and the bytes in flight under it are kept up to date as plans change
+//! and WQEs post and retire, not summed over the tenants each round.
 
 use super::*;
 
@@ -37,29 +45,36 @@ impl<R: Rnic> Dataplane<R> {
     /// whether anything was posted.
     pub(super) fn admit(&mut self, now: u64) -> Result<bool, RnicError> {
         let n = self.tenants.len();
-        let mut budget = [0u64; 2];
-        let mut total = [0u64; 2];
-        let mut weights = 0u64;
-        for (t, ts) in self.tenants.iter().enumerate() {
-            let p = &self.plans[t];
-            if !p.windowed() {
-                continue;
-            }
-            budget[0] = budget[0].max(p.window_kib as u64 * 1024);
-            budget[1] = budget[1].max(p.read_window_kib as u64 * 1024);
-            total[0] += ts.inflight[0];
-            total[1] += ts.inflight[1];
-            if ts.inflight != [0, 0] || ts.qps.iter().any(|&qi| self.qps[qi].has_work()) {
-                weights += ts.weight.max(1) as u64;
-            }
+        let budget = self.window_budget;
+        let mut total = self.windowed_inflight;
+        // The candidates in the walk's order: from `admit_next` round.
+        let mut cands = std::mem::take(&mut self.scratch.admit);
+        cands.clear();
+        let start = self.admit_next.min(n);
+        let mut i = start;
+        while let Some(t) = self.ready.admit.next_from(i).filter(|&t| t < n) {
+            cands.push(t);
+            i = t + 1;
         }
+        let mut i = 0;
+        while let Some(t) = self.ready.admit.next_from(i).filter(|&t| t < start) {
+            cands.push(t);
+            i = t + 1;
+        }
+        // The reservations are shares among the tenants with data to
+        // admit (all of them candidates), so together they stay within the
+        // budget.
+        let weights: u64 = cands
+            .iter()
+            .filter(|&&t| self.plans[t].windowed() && !self.tenants[t].paused && self.has_data_qp(t))
+            .map(|&t| self.tenants[t].weight.max(1) as u64)
+            .sum();
         let weights = weights.max(1);
         let mut did = false;
         let mut stopped_at = None;
         loop {
             let mut progress = false;
-            for k in 0..n {
-                let t = (self.admit_next + k) % n;
+            for &t in &cands {
                 if !self.plans[t].windowed() || self.tenants[t].paused {
                     continue;
                 }
@@ -113,7 +128,23 @@ impl<R: Rnic> Dataplane<R> {
         if let Some(t) = stopped_at {
             self.admit_next = t;
         }
+        // A tenant a visit would leave unchanged leaves the set; arrivals,
+        // activations, completions and plan changes put it back.
+        for &t in &cands {
+            let idle = self.tenants[t].deficit == 0 && !self.has_data_qp(t);
+            if idle || !self.plans[t].windowed() || self.tenants[t].paused {
+                self.ready.admit.remove(t);
+            }
+        }
+        self.scratch.admit = cands;
         Ok(did)
+    }
+
+    /// Whether tenant `t` has a QP [`Dataplane::next_data_qp`] would admit
+    /// from (without moving its round-robin pointer).
+    fn has_data_qp(&self, t: usize) -> bool {
+        let capped = self.plans[t].max_active_qps > 0;
+        self.tenants[t].qps.iter().map(|&qi| &self.qps[qi]).any(|q| data_ready(q, capped))
     }
 
     /// Tenant `t`'s QP to admit data from: the one it admitted from last if
@@ -123,7 +154,7 @@ impl<R: Rnic> Dataplane<R> {
         let ts = &self.tenants[t];
         let m = ts.qps.len();
         let capped = self.plans[t].max_active_qps > 0;
-        let ready = |q: &DpQp| !q.failed && q.has_work() && (!capped || q.active) && q.pending_wait.is_none();
+        let ready = |q: &DpQp| data_ready(q, capped);
         let cur = *ts.qps.get(ts.next_qp % m.max(1))?;
         if self.qps[cur].cursor.is_some() && ready(&self.qps[cur]) {
             return Some(cur);
@@ -138,4 +169,10 @@ impl<R: Rnic> Dataplane<R> {
         }
         None
     }
+}
+
+/// Whether fair admission may admit data from `q` (of a tenant `capped`
+/// or not).
+fn data_ready(q: &DpQp, capped: bool) -> bool {
+    !q.failed && q.has_work() && (!capped || q.active) && q.pending_wait.is_none()
 }

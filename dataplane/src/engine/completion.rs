@@ -111,7 +111,9 @@ impl<R: Rnic> Dataplane<R> {
         out.clear();
         let mut hidden = 0u64;
         let mut released = [0u64; 2];
+        let mut retired = 0u64;
         while let Some((seq, meta, charge)) = q.posted.pop_front() {
+            retired += 1;
             released[charge.read as usize] += charge.bytes as u64;
             let this = seq & WR_SEQ_MASK == seq_low;
             let status = if this { wc.status } else { WcStatus::Success };
@@ -142,7 +144,7 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
-        self.tenants[t].release_window(released);
+        self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
         let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
         if !out.is_empty() {
@@ -152,6 +154,9 @@ impl<R: Rnic> Dataplane<R> {
             self.deliver(t, c);
         }
         self.scratch.out = out;
+        // Room in its send queue and in the shared CQ.
+        self.cq_retired(retired);
+        self.mark_post(qi);
         if newly_failed {
             self.fail_qp(qi, None);
         } else if failed {
@@ -163,6 +168,7 @@ impl<R: Rnic> Dataplane<R> {
         let qi = (wc.wr_id >> WR_QP_SHIFT) as usize;
         let Some(q) = self.qps.get_mut(qi) else { return };
         let Some(wr) = q.recvs.pop_front() else { return };
+        self.cq_used[1] = self.cq_used[1].saturating_sub(1);
         let t = q.tenant as usize;
         let c = Completion {
             wr_id: wr.wr_id,

@@ -2,7 +2,10 @@
 //! per-QP software queues (with ownership and bounds checks, and
 //! back-pressure when a tenant's held work reaches its queue's capacity),
 //! RECVs posted at once, refusals, and completions delivered to tenants
-//! (spilling into an overflow queue when a tenant does not poll).
+//! (spilling into an overflow queue when a tenant does not poll). A round
+//! drains only the tenants whose channel announced requests and flushes
+//! only the tenants with an overflow (the `intake` and `overflow` ready
+//! sets, `ready.rs`).
 
 use super::*;
 
@@ -16,25 +19,37 @@ impl<R: Rnic> Dataplane<R> {
         ts.tick.lat_sum_ns += lat;
         ts.tick.tail.record(lat);
         self.counters.completions += 1;
+        // A completion may end a QP's hold on its slot or a host hand-off's
+        // drain.
+        self.ready.manage.insert(t);
         if !ts.overflow.is_empty() {
             ts.overflow.push_back(c);
             return;
         }
         match ts.cpl_tx.try_send(c) {
             Ok(()) => {}
-            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => ts.overflow.push_back(c),
+            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
+                ts.overflow.push_back(c);
+                self.ready.overflow.insert(t);
+            }
         }
     }
 
     pub(super) fn flush_overflow(&mut self) -> bool {
         let mut did = false;
-        for ts in &mut self.tenants {
+        let mut i = 0;
+        while let Some(t) = self.ready.overflow.next_from(i) {
+            i = t + 1;
+            let Some(ts) = self.tenants.get_mut(t) else { break };
             while let Some(c) = ts.overflow.pop_front() {
                 if let Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) = ts.cpl_tx.try_send(c) {
                     ts.overflow.push_front(c);
                     break;
                 }
                 did = true;
+            }
+            if ts.overflow.is_empty() {
+                self.ready.overflow.remove(t);
             }
         }
         did
@@ -58,18 +73,35 @@ impl<R: Rnic> Dataplane<R> {
 
     pub(super) fn drain_requests(&mut self, now: u64) -> bool {
         let mut did = false;
-        for t in 0..self.tenants.len() {
+        let mut next = 0;
+        while let Some(t) = self.ready.intake.next_from(next) {
+            next = t + 1;
+            if t >= self.tenants.len() {
+                break;
+            }
             // Requests held in software count against the tenant's queue
             // too, and so do completions it has not taken: a tenant that
             // floods, or posts without polling, stays back-pressured at its
             // channel instead of growing the loop's memory.
             let mut held = self.held_requests(t);
             let unpolled = self.tenants[t].overflow.len();
-            for _ in 0..self.cfg.max_requests_per_round {
-                if held >= self.cfg.request_queue || unpolled >= self.cfg.request_queue {
+            let (most, bound) = (self.cfg.max_requests_per_round, self.cfg.request_queue);
+            let mut taken = 0;
+            // Taken in batches, each no larger than the requests the bounds
+            // still allow (a request adds at most one to `held`), so a batch
+            // is never cut short.
+            let mut batch = std::mem::take(&mut self.scratch.batch);
+            loop {
+                if taken >= most || held >= bound || unpolled >= bound {
                     break;
                 }
-                let Ok(wr) = self.tenants[t].req_rx.try_recv() else { break };
+                if batch.is_empty()
+                    && self.tenants[t].req_rx.recv_into((most - taken).min(bound - held), &mut batch) == 0
+                {
+                    break;
+                }
+                let Some(wr) = batch.pop_front() else { break };
+                taken += 1;
                 did = true;
                 self.counters.requests += 1;
                 let ts = &self.tenants[t];
@@ -105,6 +137,14 @@ impl<R: Rnic> Dataplane<R> {
                 let depth = q.depth();
                 let tick = &mut self.tenants[t].tick;
                 tick.max_depth = tick.max_depth.max(depth);
+                self.mark_post(qi);
+                self.mark_manage(t);
+            }
+            debug_assert!(batch.is_empty(), "a batch is taken whole");
+            self.scratch.batch = batch;
+            // Back in the set when its next post finds the channel empty.
+            if self.tenants[t].req_rx.is_idle() {
+                self.ready.intake.remove(t);
             }
         }
         did
@@ -116,6 +156,13 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     pub(super) fn post_recv(&mut self, qi: usize, wr: WorkRequest, now: u64) {
+        if !self.recv_cq_room() {
+            // The shared receive CQ's budget is spent (the QPs' receive
+            // queues together oversubscribe it): refused like a full queue.
+            let t = self.qps[qi].tenant as usize;
+            self.refuse(t, &wr, WcStatus::LocQpOpErr, now);
+            return;
+        }
         let q = &mut self.qps[qi];
         let wr_id = ((qi as u64) << WR_QP_SHIFT) | (q.next_recv_seq & WR_SEQ_MASK);
         let sge = [wr.mr.sge(wr.offset as usize, wr.len)];
@@ -123,6 +170,7 @@ impl<R: Rnic> Dataplane<R> {
             Ok(()) => {
                 q.next_recv_seq += 1;
                 q.recvs.push_back(wr);
+                self.cq_used[1] += 1;
             }
             Err(e) => {
                 let status = if matches!(e.error, RnicError::QueueFull { .. }) {

@@ -19,6 +19,7 @@
 
 mod active_set;
 mod admission;
+mod chan;
 mod completion;
 pub mod control_qp;
 mod handoff;
@@ -28,6 +29,7 @@ mod pacing;
 mod pinned;
 mod post;
 mod qp;
+mod ready;
 mod recovery;
 mod removal;
 mod split;
@@ -38,16 +40,18 @@ mod tick;
 
 use std::collections::VecDeque;
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use perf_policy_sdk::{Pacing, RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
 
 use crate::policy::PolicyHost;
 use crate::rnic::*;
+use chan::{Arrivals, BoundedRx, BoundedTx};
 use control_qp::ControlQp;
 pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
 pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta, WindowCharge};
+use ready::{IndexSet, Ready};
 use recovery::SharedCq;
 use split::{emit_chunk, WqeSpec};
 pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
@@ -71,6 +75,11 @@ pub struct DataplaneConfig {
     /// policy other than passthrough makes the host drop the policy (0 =
     /// no watchdog). See [`Dataplane::swap_policy`] and `docs/hostile-policies.md`.
     pub watchdog_ns: u64,
+    /// Entries of each of the loop's two shared CQs (every data QP's send
+    /// completions go to one, its receive completions to the other). When
+    /// the QPs' queues together hold more than this, the QPs share it under
+    /// a budget (see [`Dataplane::create_qp`]).
+    pub cq_depth: u32,
 }
 
 impl Default for DataplaneConfig {
@@ -82,16 +91,18 @@ impl Default for DataplaneConfig {
             completion_queue: 8192,
             max_requests_per_round: 512,
             watchdog_ns: 1_000_000_000,
+            cq_depth: SHARED_CQ_DEPTH,
         }
     }
 }
 
 impl DataplaneConfig {
     /// The default settings with queue depths that let `qps` data QPs
-    /// share the loop's completion queues: each queue depth is the
-    /// default's, or the largest power of two that fits (at least 16), so
-    /// a run with thousands of QPs gets shallower queues rather than a
-    /// refusal; as on a real NIC, a QP's rings cost memory per slot.
+    /// fit the loop's completion queues without sharing them under a
+    /// budget: each queue depth is the default's, or the largest power of
+    /// two that fits (at least 16), so a run with thousands of QPs gets
+    /// shallower queues; as on a real NIC, a QP's rings cost memory per
+    /// slot.
     pub fn for_qps(qps: usize) -> Self {
         let d = Self::default();
         let fit = |default: u32, cq: u32| {
@@ -102,7 +113,7 @@ impl DataplaneConfig {
                 1u32 << (63 - most.leading_zeros())
             }
         };
-        DataplaneConfig { sq_depth: fit(d.sq_depth, SEND_CQ_DEPTH), rq_depth: fit(d.rq_depth, RECV_CQ_DEPTH), ..d }
+        DataplaneConfig { sq_depth: fit(d.sq_depth, d.cq_depth), rq_depth: fit(d.rq_depth, d.cq_depth), ..d }
     }
 }
 
@@ -124,6 +135,9 @@ pub struct DataplaneCounters {
     /// Times fair admission stopped a tenant because the shared in-flight
     /// budget was full (the plans' `window_kib` / `read_window_kib`).
     pub window_holds: u64,
+    /// Times a QP found no room for its WQEs in the shared send CQ's
+    /// budget (only when the QPs' send queues together oversubscribe it).
+    pub cq_budget_holds: u64,
     /// Zero-weight WRs posted.
     pub zero_weight_wrs: u64,
     /// Post lists (doorbells).
@@ -157,14 +171,19 @@ pub struct DataplaneCounters {
 struct TenantState {
     name: String,
     pd: PdHandle,
-    req_rx: Receiver<WorkRequest>,
-    cpl_tx: Sender<Completion>,
+    req_rx: BoundedRx<WorkRequest>,
+    cpl_tx: BoundedTx<Completion>,
     overflow: VecDeque<Completion>,
     qps: Vec<usize>,
     mrs: Vec<Mr>,
     pcq: Option<ControlQp>,
     weight: u32,
     rr: usize,
+    /// The manage round `rr` is up to date for (it advances once per
+    /// round while the tenant is capped; see [`Dataplane::settle_rr`]).
+    rr_round: u64,
+    /// The tenant's live timers, by [`TimerKind`] (`u64::MAX`: none).
+    timer_at: [u64; 2],
     tick: TickAccum,
     /// Releases that failed QPs may have taken with them (see
     /// [`Dataplane::rescue_stalls`]).
@@ -189,10 +208,40 @@ struct TenantState {
 }
 
 impl TenantState {
-    /// Gives back what retired WQEs held of the windows.
-    fn release_window(&mut self, released: [u64; 2]) {
+    /// Gives back what retired WQEs held of the windows, and of `windowed`
+    /// (the windowed tenants' total) if the tenant is windowed.
+    fn release_window(&mut self, released: [u64; 2], mut windowed: Option<&mut [u64; 2]>) {
         for (k, r) in released.into_iter().enumerate() {
-            self.inflight[k] = self.inflight[k].saturating_sub(r);
+            let freed = self.inflight[k].min(r);
+            self.inflight[k] -= freed;
+            if let Some(w) = windowed.as_deref_mut() {
+                w[k] = w[k].saturating_sub(freed);
+            }
+        }
+    }
+
+    /// Charges a data WQE against the windows, and against `windowed` (the
+    /// windowed tenants' total) if the tenant is windowed.
+    fn charge_window(&mut self, c: WindowCharge, windowed: Option<&mut [u64; 2]>) {
+        self.inflight[c.read as usize] += c.bytes as u64;
+        if let Some(w) = windowed {
+            w[c.read as usize] += c.bytes as u64;
+        }
+    }
+}
+
+impl<R: Rnic> Dataplane<R> {
+    /// After the plans changed: whether any is windowed, fair admission's
+    /// budget and what the windowed tenants hold in flight.
+    fn plans_changed(&mut self) {
+        self.windowed = self.plans.iter().any(|p| p.windowed());
+        self.window_budget = [0; 2];
+        self.windowed_inflight = [0; 2];
+        for (p, ts) in self.plans.iter().zip(&self.tenants).filter(|(p, _)| p.windowed()) {
+            self.window_budget[0] = self.window_budget[0].max(p.window_kib as u64 * 1024);
+            self.window_budget[1] = self.window_budget[1].max(p.read_window_kib as u64 * 1024);
+            self.windowed_inflight[0] += ts.inflight[0];
+            self.windowed_inflight[1] += ts.inflight[1];
         }
     }
 }
@@ -212,10 +261,8 @@ const WR_QP_SHIFT: u32 = 40;
 const WR_SEQ_MASK: u64 = (1 << WR_QP_SHIFT) - 1;
 /// Send-queue slots kept free for control WQEs (WAIT, SEND_ENABLE).
 const CTRL_RESERVE: u32 = 4;
-/// Depth of the data QPs' shared send CQ.
-const SEND_CQ_DEPTH: u32 = 1 << 20;
-/// Depth of the data QPs' shared receive CQ.
-const RECV_CQ_DEPTH: u32 = 1 << 20;
+/// Default depth of the data QPs' shared send and receive CQs.
+const SHARED_CQ_DEPTH: u32 = 1 << 20;
 
 /// The dataplane over one RNIC.
 pub struct Dataplane<R: Rnic> {
@@ -236,6 +283,11 @@ pub struct Dataplane<R: Rnic> {
     windowed: bool,
     /// The tenant fair admission serves first in the next round.
     admit_next: usize,
+    /// Fair admission's budget per direction: the largest window among
+    /// the windowed plans (kept by [`Dataplane::plans_changed`]).
+    window_budget: [u64; 2],
+    /// Bytes the windowed tenants hold in flight, per direction.
+    windowed_inflight: [u64; 2],
     /// The policy's rate limit of each tenant (applied to the buckets).
     pacing: Vec<Pacing>,
     next_tick_ns: u64,
@@ -252,6 +304,24 @@ pub struct Dataplane<R: Rnic> {
     operator: Option<(Sender<operator::Command>, Receiver<operator::Command>)>,
     /// Whether the loop measures its wall time (`busy_ns`, `policy_ns`).
     timed: bool,
+    /// Who a round visits ([`ready`]).
+    ready: Ready,
+    /// Tenants' announcements that their request channel stopped being
+    /// empty (shared with each tenant's channel).
+    arrivals: Arrivals,
+    /// Rounds of active-set management run so far.
+    manage_round: u64,
+    /// Visit every tenant and QP every round (the walk before ready sets).
+    exhaustive: bool,
+    /// Entries of the shared send and receive CQs that posted WQEs and
+    /// RECVs may still fill (`[send, recv]`): the shared-CQ budget.
+    cq_used: [u64; 2],
+    /// QPs that found no room in the shared send CQ's budget.
+    cq_waiters: Vec<usize>,
+    /// Tenants whose token bucket has a rate (may hold a timer).
+    rated: IndexSet,
+    /// The plans and rate limits before the policy's tick (reused).
+    before: (Vec<TenantPlan>, Vec<Pacing>),
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -268,6 +338,12 @@ struct Scratch {
     wrs: Vec<SendWr<'static>>,
     /// Application completions found while retiring WQEs.
     out: Vec<Completion>,
+    /// The tenants fair admission visits in a round.
+    admit: Vec<usize>,
+    /// Tenant ids announced by their request channels.
+    arrived: Vec<u32>,
+    /// Requests taken from a tenant's channel in one batch.
+    batch: VecDeque<WorkRequest>,
 }
 
 /// Reuses an empty vector's allocation for elements of another lifetime
@@ -280,8 +356,8 @@ fn recycle<'a>(v: Vec<SendWr<'_>>) -> Vec<SendWr<'a>> {
 impl<R: Rnic> Dataplane<R> {
     /// A dataplane over `nic` running `policy`.
     pub fn new(mut nic: R, policy: PolicyHost, cfg: DataplaneConfig) -> Result<Self, RnicError> {
-        let send_cq = nic.create_cq(CqAttr { depth: SEND_CQ_DEPTH, ignore_overrun: false })?;
-        let recv_cq = nic.create_cq(CqAttr { depth: RECV_CQ_DEPTH, ignore_overrun: false })?;
+        let send_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
+        let recv_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
         let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
         Ok(Dataplane {
             nic,
@@ -296,6 +372,8 @@ impl<R: Rnic> Dataplane<R> {
             plans: Vec::new(),
             windowed: false,
             admit_next: 0,
+            window_budget: [0; 2],
+            windowed_inflight: [0; 2],
             pacing: Vec::new(),
             next_tick_ns: 0,
             wcs: vec![Wc::EMPTY; 256],
@@ -306,6 +384,14 @@ impl<R: Rnic> Dataplane<R> {
             sup: supervise::Supervisor::default(),
             operator: None,
             timed: false,
+            ready: Ready::default(),
+            arrivals: Arrivals::default(),
+            manage_round: 0,
+            exhaustive: false,
+            cq_used: [0; 2],
+            cq_waiters: Vec::new(),
+            rated: IndexSet::default(),
+            before: (Vec::new(), Vec::new()),
         })
     }
 
@@ -329,8 +415,15 @@ impl<R: Rnic> Dataplane<R> {
     /// step one nanosecond at a time.
     pub fn next_timer_ns(&self) -> u64 {
         let now = self.nic.clock_ns();
-        let buckets = self.tenants.iter().filter_map(|t| t.bucket.ready_at()).filter(|&at| at > now);
-        buckets.fold(self.next_tick_ns, u64::min).min(self.sup.next_timer_ns(&self.cfg))
+        let mut at = self.next_tick_ns.min(self.sup.next_timer_ns(&self.cfg));
+        let mut i = 0;
+        while let Some(t) = self.rated.next_from(i) {
+            i = t + 1;
+            if let Some(ready) = self.tenants[t].bucket.ready_at().filter(|&r| r > now) {
+                at = at.min(ready);
+            }
+        }
+        at
     }
 
     /// The policy host (its name and counters).
@@ -361,11 +454,11 @@ impl<R: Rnic> Dataplane<R> {
         } else {
             None
         };
-        let (req_tx, req_rx) = bounded(self.cfg.request_queue);
-        let (cpl_tx, cpl_rx) = bounded(self.cfg.completion_queue);
         // A removed tenant's slot is taken first (its id comes back).
         let reuse = self.tenants.iter().position(|t| t.removed);
         let id = reuse.unwrap_or(self.tenants.len()) as u32;
+        let (req_tx, req_rx) = chan::bounded(self.cfg.request_queue, Some((self.arrivals.clone(), id)));
+        let (cpl_tx, cpl_rx) = chan::bounded(self.cfg.completion_queue, None);
         let state = TenantState {
             name: name.to_string(),
             pd,
@@ -377,6 +470,8 @@ impl<R: Rnic> Dataplane<R> {
             pcq,
             weight: weight.max(1),
             rr: 0,
+            rr_round: self.manage_round,
+            timer_at: [u64::MAX; 2],
             tick: TickAccum::default(),
             lost_releases: 0,
             stalled_at: None,
@@ -393,6 +488,7 @@ impl<R: Rnic> Dataplane<R> {
                 self.tenants[i] = state;
                 self.plans[i] = TenantPlan::PASSTHROUGH;
                 self.pacing[i] = Pacing::UNLIMITED;
+                self.plans_changed();
             }
             None => {
                 self.tenants.push(state);
@@ -461,18 +557,25 @@ impl<R: Rnic> Dataplane<R> {
     /// index within the tenant and its endpoint for the peer.
     pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
         self.live_tenant_mut(t)?;
-        // The loop polls a QP's CQEs before it reuses their send-queue slots
-        // (and RECVs likewise), so its shared CQs never hold more CQEs than
-        // the QPs' queues: refuse a QP that would break that bound.
+        // The loop polls a QP's CQEs before it reuses their send-queue
+        // slots (and RECVs likewise). When the QPs' queues together hold
+        // more than the shared CQs, the QPs share them under a budget
+        // (`ready.rs`, `send_cq_budget`): the WQEs and RECVs posted and not
+        // yet polled never exceed the CQs' entries, and control WQEs keep a
+        // reserve of `CTRL_RESERVE` entries per QP. A QP whose queue alone,
+        // or whose reserve, would not fit is refused.
         let n = self.qp_count() as u64 + 1;
-        if n * self.cfg.sq_depth as u64 > SEND_CQ_DEPTH as u64 || n * self.cfg.rq_depth as u64 > RECV_CQ_DEPTH as u64 {
+        let cq = self.cfg.cq_depth as u64;
+        if self.cfg.sq_depth as u64 + n * CTRL_RESERVE as u64 > cq || self.cfg.rq_depth as u64 > cq {
             return Err(RnicError::InvalidArgument(format!(
-                "{n} data QPs of {} send-queue and {} receive-queue slots would overrun the shared completion queues \
-                 ({} slots each; see DataplaneConfig::for_qps)",
-                self.cfg.sq_depth, self.cfg.rq_depth, SEND_CQ_DEPTH
+                "{n} data QPs of {} send-queue and {} receive-queue slots do not fit the shared completion queues \
+                 ({cq} entries each, {CTRL_RESERVE} per QP kept for control WQEs)",
+                self.cfg.sq_depth, self.cfg.rq_depth
             )));
         }
         let (qp, ep) = self.new_nic_qp(t, tc)?;
+        // The rotation pointer counts QPs: bring it up to date first.
+        self.settle_rr(t as usize);
         let index = self.tenant_mut(t)?.qps.len() as u32;
         let mut q = DpQp::new(t, index, qp);
         q.traffic_class = tc;
@@ -524,6 +627,7 @@ impl<R: Rnic> Dataplane<R> {
     pub fn round(&mut self) -> Result<bool, RnicError> {
         self.counters.rounds += 1;
         let now = self.nic.clock_ns();
+        self.collect_ready(now);
         if self.sup.has_pending() {
             // At the round boundary, before the tick: a new policy ticks at once.
             self.apply_swaps(now);

@@ -147,6 +147,9 @@ impl<R: Rnic> Dataplane<R> {
         let ts = &mut self.tenants[t];
         let changed = ts.paused != paused;
         ts.paused = paused;
+        if changed {
+            self.mark_tenant(t);
+        }
         if changed && !paused {
             // Its backlog waited on the operator, not on the policy.
             let now = self.nic.clock_ns();

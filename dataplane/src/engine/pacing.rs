@@ -55,6 +55,12 @@ impl TokenBucket {
         self.tokens = if was_unlimited { burst } else { self.tokens.clamp(-burst, burst) };
     }
 
+    /// Whether the policy paused the tenant (nothing is posted until its
+    /// pacing changes).
+    pub fn paused(&self) -> bool {
+        self.limit.paused != 0
+    }
+
     /// Whether a data WQE may be posted at `now_ns`.
     pub fn may_post(&mut self, now_ns: u64) -> bool {
         if self.limit.paused != 0 {

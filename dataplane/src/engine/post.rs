@@ -1,7 +1,11 @@
 //! Posting: each allowed QP's next WQEs (data chunks, zero-weight WRs,
 //! WAITs for a pending hand-off) built from its held requests and the
 //! policy's split plan, within the send queue's room and the tenant's
-//! token bucket, and handed to the NIC as one post list.
+//! token bucket, and handed to the NIC as one post list. A round visits
+//! only the QPs in the `post` ready set (`ready.rs`): a QP leaves it when
+//! it stops, whatever the reason, and the event that lifts the reason
+//! (a completion freeing room, an arrival, an activation, a pacing change
+//! or bucket timer, room in the shared CQ) marks it again.
 
 use super::active_set::quantum_hit;
 use super::*;
@@ -11,7 +15,13 @@ impl<R: Rnic> Dataplane<R> {
         // Tenants with an in-flight window post their data through fair
         // admission (`admission.rs`); here they post only control WQEs.
         let mut did = if self.windowed { self.admit(now)? } else { false };
-        for qi in 0..self.qps.len() {
+        let mut next = 0;
+        while let Some(qi) = self.ready.post.next_from(next) {
+            next = qi + 1;
+            if qi >= self.qps.len() {
+                break;
+            }
+            self.ready.post.remove(qi);
             let t = self.qps[qi].tenant as usize;
             let allowed = !self.tenants[t].paused && (self.plans[t].max_active_qps == 0 || self.qps[qi].active);
             if self.qps[qi].failed {
@@ -21,7 +31,13 @@ impl<R: Rnic> Dataplane<R> {
             if self.qps[qi].pending_release
                 || (allowed && (self.qps[qi].has_work() || self.qps[qi].pending_wait.is_some()))
             {
-                did |= self.post_qp(qi, allowed, now, max_chunks)?;
+                if self.post_qp(qi, allowed, now, max_chunks)? {
+                    did = true;
+                    // A post moves the QP towards its quantum, may end its
+                    // work, and a posted WAIT lets fair admission feed it.
+                    self.mark_manage(t);
+                    self.ready.admit.insert(t);
+                }
             }
         }
         Ok(did)
@@ -39,8 +55,15 @@ impl<R: Rnic> Dataplane<R> {
         let capped = plan.max_active_qps > 0;
         let mut specs = std::mem::take(&mut self.specs);
         specs.clear();
+        // The shared send CQ's budget, when the QPs' queues oversubscribe it:
+        // control WQEs may use all of it, data WQEs what is left beside
+        // every QP's control reserve.
+        let budget = self.send_cq_budget();
+        let ctrl_budget = budget.saturating_add(self.qps.len() as u64 * CTRL_RESERVE as u64);
         let q = &mut self.qps[qi];
-        let mut free = depth.saturating_sub(q.posted.len() as u32);
+        let sq_free = depth.saturating_sub(q.posted.len() as u32);
+        let mut free = sq_free.min(ctrl_budget.min(u32::MAX as u64) as u32);
+        let cq_bound = free < sq_free;
         // The release ends the QP's previous stream, so it goes first.
         if q.pending_release && free > 0 {
             if let Some((release, _)) = pcq_ops {
@@ -59,6 +82,10 @@ impl<R: Rnic> Dataplane<R> {
         }
         if let (Some(count), Some((_, pcq_cq))) = (q.pending_wait, pcq_ops) {
             if free == 0 {
+                if cq_bound {
+                    self.cq_waiters.push(qi);
+                    self.counters.cq_budget_holds += 1;
+                }
                 self.specs = specs;
                 return self.post_specs(qi);
             }
@@ -75,11 +102,20 @@ impl<R: Rnic> Dataplane<R> {
             q.since_signal += 1;
             free -= 1;
         }
-        let mut room = free.saturating_sub(CTRL_RESERVE);
+        let controls = specs.len() as u64;
+        let data_budget = budget.saturating_sub(controls).min(u32::MAX as u64) as u32;
+        let sq_room = free.saturating_sub(CTRL_RESERVE);
+        let mut room = sq_room.min(data_budget);
+        let cq_bound = cq_bound || room < sq_room;
         let mut chunks = 0u32;
         while allowed && !self.qps[qi].failed && chunks < max_chunks {
             if !self.tenants[t].bucket.may_post(now) {
                 self.counters.paced_holds += 1;
+                // Visited again when the debt is paid (a paused bucket
+                // waits for the policy's next pacing).
+                if let Some(at) = self.tenants[t].bucket.ready_at() {
+                    self.arm_bucket(t, at);
+                }
                 break;
             }
             let q = &mut self.qps[qi];
@@ -108,14 +144,20 @@ impl<R: Rnic> Dataplane<R> {
             let Some(cur) = q.cursor.as_mut() else { break };
             let before = specs.len();
             match emit_chunk(cur, room, zw_cq, signal_every, &mut q.since_signal, &mut specs) {
-                None => break,
+                None => {
+                    if cq_bound {
+                        self.cq_waiters.push(qi);
+                        self.counters.cq_budget_holds += 1;
+                    }
+                    break;
+                }
                 Some(done) => {
                     chunks += 1;
                     room -= (specs.len() - before) as u32;
                     let bytes = specs.get(before).and_then(|s| s.sge).map_or(0, |g| g.length as u64);
                     self.tenants[t].bucket.take(bytes);
                     if let Some(c) = specs.get(before).map(|s| s.charge) {
-                        self.tenants[t].inflight[c.read as usize] += c.bytes as u64;
+                        self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
                     }
                     // Under a window, every chunk is signaled: its CQE gives
                     // its bytes back, so the window refills chunk by chunk.
@@ -203,6 +245,7 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         q.next_seq = base + posted as u64;
+        self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;
         self.counters.doorbells += 1;
         if result.is_err() {
@@ -218,7 +261,7 @@ impl<R: Rnic> Dataplane<R> {
             for s in &specs[posted..] {
                 unposted[s.charge.read as usize] += s.charge.bytes as u64;
             }
-            self.tenants[t].release_window(unposted);
+            self.tenants[t].release_window(unposted, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
             for s in &specs[posted..] {
                 if let Meta::App { wr_id, posted_ns, .. } = s.meta {
                     let status = first.take().unwrap_or(WcStatus::WrFlushErr);

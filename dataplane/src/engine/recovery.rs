@@ -13,8 +13,8 @@
 //! arrive as usual. The loop then creates a new CQ in place of the broken
 //! one and keeps running: tenants see errors, never a panic, a hang or a
 //! lost request, and [`Dataplane::recover_qp`] brings each QP back. The
-//! dataplane cannot overrun its own CQs (`create_qp` refuses a QP whose
-//! queue slots would not fit them), so this takes a NIC fault.
+//! dataplane cannot overrun its own CQs (the QPs share them under a
+//! budget, see `create_qp`), so this takes a NIC fault.
 //!
 //! **Recovering a QP.** A failed QP whose requests have all completed can
 //! be recreated ([`Dataplane::recover_qp`]) and connected again
@@ -22,7 +22,7 @@
 
 use super::qp::{DpQp, Meta};
 use super::tenant::{Completion, CompletionKind};
-use super::{Dataplane, RECV_CQ_DEPTH, SEND_CQ_DEPTH};
+use super::Dataplane;
 use crate::rnic::*;
 
 /// Which of the loop's shared CQs.
@@ -60,10 +60,7 @@ impl<R: Rnic> Dataplane<R> {
     pub(crate) fn on_cq_overrun(&mut self, which: SharedCq) -> Result<(), RnicError> {
         self.counters.cq_overruns += 1;
         let now = self.nic.clock_ns();
-        let depth = match which {
-            SharedCq::Send => SEND_CQ_DEPTH,
-            SharedCq::Recv => RECV_CQ_DEPTH,
-        };
+        let depth = self.cfg.cq_depth;
         // A CQ that cannot be recreated is a fatal NIC error: the loop
         // reports it from `round` (after failing what it can below).
         let fresh = self.nic.create_cq(CqAttr { depth, ignore_overrun: false });
@@ -99,6 +96,7 @@ impl<R: Rnic> Dataplane<R> {
         let index = q.index;
         let mut out = Vec::new();
         let mut released = [0u64; 2];
+        let retired = q.posted.len() as u64;
         for (_, meta, charge) in q.posted.drain(..) {
             released[charge.read as usize] += charge.bytes as u64;
             match meta {
@@ -117,7 +115,8 @@ impl<R: Rnic> Dataplane<R> {
         }
         q.outstanding = 0;
         q.pending_error = None;
-        self.tenants[t].release_window(released);
+        self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
+        self.cq_retired(retired);
         for c in out {
             self.counters.refused += 1;
             self.deliver(t, c);
@@ -135,6 +134,7 @@ impl<R: Rnic> Dataplane<R> {
         let q = &mut self.qps[qi];
         let t = q.tenant as usize;
         let index = q.index;
+        self.cq_used[1] = self.cq_used[1].saturating_sub(q.recvs.len() as u64);
         let out: Vec<Completion> = q
             .recvs
             .drain(..)

@@ -54,7 +54,7 @@ impl<R: Rnic> Dataplane<R> {
     /// tenant that does not exist or was removed).
     pub fn tenant_idle(&self, t: u32) -> bool {
         let Some(ts) = self.tenants.get(t as usize).filter(|ts| !ts.removed) else { return false };
-        ts.req_rx.is_empty()
+        ts.req_rx.is_idle()
             && ts.overflow.is_empty()
             && ts.qps.iter().all(|&qi| {
                 let q = &self.qps[qi];
@@ -105,6 +105,7 @@ impl<R: Rnic> Dataplane<R> {
         }
         self.plans[t as usize] = TenantPlan::PASSTHROUGH;
         self.pacing[t as usize] = Pacing::UNLIMITED;
+        self.plans_changed();
         let now = self.nic.clock_ns();
         self.tenants[t as usize].bucket.set(Pacing::UNLIMITED, now);
         self.policy.on_tenant(&TenantInfo { tenant: t, qps: 0, weight });

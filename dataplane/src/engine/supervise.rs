@@ -294,11 +294,14 @@ impl<R: Rnic> Dataplane<R> {
         host.inherit(&self.policy);
         let old = std::mem::replace(&mut self.policy, host);
         self.retire(old);
+        self.settle_all_rr();
         self.plans.fill(TenantPlan::PASSTHROUGH);
-        self.windowed = false;
+        self.plans_changed();
         // The old policy's rate limits go with it.
         self.pacing.fill(Pacing::UNLIMITED);
         self.tenants.iter_mut().for_each(|t| t.bucket.set(Pacing::UNLIMITED, now));
+        self.rated = Default::default();
+        self.mark_all();
         // Tick in this round: the new plans apply before anything is posted.
         self.next_tick_ns = 0;
         for q in &mut self.qps {
@@ -341,8 +344,10 @@ impl<R: Rnic> Dataplane<R> {
             bound / 1000
         );
         self.policy.reclaim(now, why);
+        self.settle_all_rr();
         self.plans.fill(TenantPlan::PASSTHROUGH);
-        self.windowed = false;
+        self.mark_all();
+        self.plans_changed();
         self.next_tick_ns = now;
         for q in &mut self.qps {
             q.progress_ns = now;

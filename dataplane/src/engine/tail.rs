@@ -56,6 +56,11 @@ impl TailHist {
     /// The 99th percentile of what was recorded, ns (the middle of its
     /// bucket: within 1/16 of the value), saturating at `u32::MAX`; 0 if
     /// nothing was.
+    /// Whether nothing was recorded.
+    pub(super) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
     pub(super) fn p99_ns(&self) -> u32 {
         if self.n == 0 {
             return 0;

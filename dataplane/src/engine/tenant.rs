@@ -1,8 +1,10 @@
 //! The tenant side: what an application holds ([`TenantHandle`]) and what
-//! crosses the bounded `crossbeam-channel` queues between it and the
-//! dataplane loop ([`WorkRequest`] in, [`Completion`] out).
+//! crosses the bounded queues between it and the dataplane loop
+//! ([`WorkRequest`] in, [`Completion`] out; see `chan.rs`).
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::TrySendError;
+
+use super::chan::{BoundedRx, BoundedTx};
 
 use crate::rnic::{Mr, RemoteAddr, WcStatus};
 
@@ -101,8 +103,8 @@ pub struct TenantHandle {
     pub name: String,
     /// Its QPs' count.
     pub qps: u32,
-    pub(crate) req_tx: Sender<WorkRequest>,
-    pub(crate) cpl_rx: Receiver<Completion>,
+    pub(crate) req_tx: BoundedTx<WorkRequest>,
+    pub(crate) cpl_rx: BoundedRx<Completion>,
 }
 
 impl TenantHandle {
@@ -116,7 +118,7 @@ impl TenantHandle {
 
     /// Takes the next completion, if one is waiting.
     pub fn poll(&self) -> Option<Completion> {
-        self.cpl_rx.try_recv().ok()
+        self.cpl_rx.try_recv()
     }
 
     /// Requests queued towards the dataplane.

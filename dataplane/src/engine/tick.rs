@@ -1,5 +1,7 @@
 //! The policy tick: per-tenant statistics handed to the policy, its plans
-//! and rate limits applied, and lost hand-offs rescued.
+//! and rate limits applied, and lost hand-offs rescued. The tenants whose
+//! plan or rate limit changed are marked for every phase of the round
+//! (`ready.rs`).
 
 use super::*;
 
@@ -67,11 +69,16 @@ impl<R: Rnic> Dataplane<R> {
                 }
             })
             .collect();
+        // Rotation pointers advance under the plans they ran under.
+        self.settle_all_rr();
+        let (mut old_plans, mut old_pacing) = std::mem::take(&mut self.before);
+        old_plans.clone_from(&self.plans);
+        old_pacing.clone_from(&self.pacing);
         let timer = self.timed.then(std::time::Instant::now);
         let mut plans = std::mem::take(&mut self.plans);
         self.policy.on_tick(now, &stats, &mut plans);
         self.plans = plans;
-        self.windowed = self.plans.iter().any(|p| p.window_kib > 0 || p.read_window_kib > 0);
+        self.plans_changed();
         let mut pacing = std::mem::take(&mut self.pacing);
         self.policy.on_pacing(now, &mut pacing);
         if let Some(t0) = timer {
@@ -80,10 +87,28 @@ impl<R: Rnic> Dataplane<R> {
         for (ts, p) in self.tenants.iter_mut().zip(&pacing) {
             ts.bucket.set(*p, now);
         }
+        for (t, p) in pacing.iter().enumerate() {
+            if p.rate_bytes_per_s > 0 {
+                self.rated.insert(t);
+            } else {
+                self.rated.remove(t);
+            }
+        }
         self.pacing = pacing;
+        for t in 0..self.tenants.len() {
+            if old_plans.get(t) != self.plans.get(t) || old_pacing.get(t) != self.pacing.get(t) {
+                self.mark_tenant(t);
+            }
+        }
+        self.before = (old_plans, old_pacing);
         for ts in &mut self.tenants {
-            let ewma = ts.tick.ewma;
-            ts.tick = TickAccum { ewma, ..TickAccum::default() };
+            // An idle tenant's accumulator is already clear (its histogram
+            // is a kilobyte: not rewritten for nothing).
+            let a = &ts.tick;
+            if a.max_depth != 0 || a.max_msg != 0 || a.completed != 0 || a.bytes != 0 || !a.tail.is_empty() {
+                let ewma = a.ewma;
+                ts.tick = TickAccum { ewma, ..TickAccum::default() };
+            }
         }
     }
 }

@@ -296,23 +296,50 @@ fn a_send_cq_overrun_fails_every_qp_cleanly_and_they_recover() {
     }
 }
 
-/// A tenant cannot make the dataplane overrun its own CQs: a QP whose
-/// queue slots would not fit them is refused with an error.
+/// A tenant cannot make the dataplane overrun its own CQs: QPs whose
+/// queues together hold more than the shared CQs are accepted and share
+/// them under a budget, and a QP whose own queue, beside every QP's
+/// control reserve, would not fit is refused with an error.
 #[test]
-fn create_qp_refuses_more_queue_slots_than_the_cqs_hold() {
+fn create_qp_refuses_only_a_queue_the_cqs_cannot_hold() {
     let cfg = DataplaneConfig { sq_depth: 32 * 1024, ..DataplaneConfig::default() };
     let mut rig = Rig::new(59, Pol::Passthrough, cfg);
     let h = rig.dp.add_tenant("greedy", 1).expect("add_tenant");
-    let mut made = 0;
-    let err = loop {
-        match rig.dp.create_qp(h.id, 0) {
-            Ok(_) => made += 1,
-            Err(e) => break e,
-        }
-        assert!(made <= 64, "no limit after {made} QPs");
-    };
-    assert_eq!(made, 32, "(1 Mi CQEs / 32 Ki slots)");
-    assert!(err.to_string().contains("overrun"), "{err}");
+    for _ in 0..64 {
+        rig.dp.create_qp(h.id, 0).expect("64 QPs of 32 Ki slots share a 1 Mi CQ");
+    }
+    let cfg = DataplaneConfig { sq_depth: 4096, cq_depth: 4096, ..DataplaneConfig::default() };
+    let mut rig = Rig::new(59, Pol::Passthrough, cfg);
+    let h = rig.dp.add_tenant("greedy", 1).expect("add_tenant");
+    let err = rig.dp.create_qp(h.id, 0).expect_err("a queue as deep as the CQ leaves no control reserve");
+    assert!(err.to_string().contains("do not fit"), "{err}");
+}
+
+/// QPs whose send queues oversubscribe the shared CQ four times over, all
+/// flooded at once: the loop keeps what it posts within the CQ's budget,
+/// the CQ never overruns and every request completes once, in order.
+#[test]
+fn oversubscribed_qps_share_the_cq_budget_without_overrun() {
+    let cfg = DataplaneConfig { sq_depth: 512, rq_depth: 256, cq_depth: 2048, ..DataplaneConfig::default() };
+    // Under a wide window every chunk is signaled: without the budget
+    // their completions alone would overrun the CQ.
+    let wide = Pol::Named("fairshare:window_kib=65536,read_window_kib=65536,chunk_bytes=4096,read_chunk_bytes=4096");
+    for pol in [Pol::Passthrough, Pol::Force(ForceSplit::HEAVY), wide] {
+        let qps = [8u32, 8];
+        let ops: Vec<GenOp> = (0..2400)
+            .map(|i| GenOp {
+                tenant: i % 2,
+                qp: (i / 2 % 8) as u32,
+                read: i % 7 == 0,
+                size: 64 + i as u32 % 3000,
+                burst: 0,
+            })
+            .collect();
+        let rig = run_case_with(&qps, &ops, 61, pol, cfg, 2_000_000_000, |_| {}).expect("exactly once, in order");
+        let c = rig.dp.counters();
+        assert_eq!(c.cq_overruns, 0, "{pol:?}: {c:?}");
+        assert!(c.cq_budget_holds > 0, "{pol:?}: the budget never held a QP back: {c:?}");
+    }
 }
 
 /// The shared receive CQ overruns: every RECV posted completes once with

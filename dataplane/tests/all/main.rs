@@ -14,6 +14,7 @@ mod operator;
 mod policy_decode_fuzz;
 mod policy_suite;
 mod policy_swap;
+mod ready_sets;
 mod sim_faults;
 mod sim_props;
 mod sim_semantics;

@@ -35,8 +35,10 @@ fn drive_until(rig: &mut Rig, ts: &[(usize, usize)]) {
 
 #[test]
 fn a_tenant_flushed_mid_run_completes_everything_once_then_is_removed_and_its_room_reused() {
-    // Send queues of 32 Ki slots: 32 data QPs fill the shared send CQ.
-    let cfg = DataplaneConfig { sq_depth: 32 * 1024, ..DataplaneConfig::default() };
+    // Shared CQs with room for one send queue and the control reserve of
+    // 32 QPs: a 33rd QP is refused, and the 32 share the CQ under a budget.
+    let base = DataplaneConfig::default();
+    let cfg = DataplaneConfig { cq_depth: base.sq_depth.max(base.rq_depth) + 32 * 4, ..base };
     let mut rig = Rig::new(21, POL, cfg);
     let a = rig.tenant("a", 30, 30 << 16);
     let b = rig.tenant("b", 2, 2 << 16);

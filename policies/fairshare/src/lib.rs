@@ -87,7 +87,7 @@ impl Default for FairShareParams {
             zero_weight: 1,
             tick_ns: 50_000,
             floor_permille: 400,
-            hurt_permille: 1080,
+            hurt_permille: 1150,
         }
     }
 }

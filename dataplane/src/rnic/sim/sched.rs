@@ -409,7 +409,8 @@ impl World {
     /// its send queue is not ready or had the QP's last turn.
     fn responds_now(&self, h: usize, qi: u32) -> bool {
         let Some(q) = self.qp(h, qi) else { return false };
-        !q.responses.is_empty() && (!q.last_turn_responded || !matches!(self.sq_head(h, qi), Head::Ready { ctrl: false }))
+        !q.responses.is_empty()
+            && (!q.last_turn_responded || !matches!(self.sq_head(h, qi), Head::Ready { ctrl: false }))
     }
 
     /// Sends up to a turn's bytes of the QP's oldest READ response.

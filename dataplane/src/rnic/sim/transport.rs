@@ -6,8 +6,8 @@
 use smallvec::SmallVec;
 
 use super::memory::Span;
-use super::qp::{PeerRef, ReadResponse};
 use super::qp::WqeStage;
+use super::qp::{PeerRef, ReadResponse};
 use super::wire::{Seg, SegKind};
 use super::world::{Answer, Event, World};
 use crate::rnic::{AccessFlags, QpState, Sge, Wc, WcOpcode, WcStatus, WrOpcode};

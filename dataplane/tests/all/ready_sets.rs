@@ -1,0 +1,56 @@
+//! Ready sets against the full walk: a round visits only the tenants and
+//! QPs with something to do (`engine/ready.rs`); with
+//! `Dataplane::set_exhaustive(true)` it visits everyone, as the loop did
+//! before. On the simulated NIC in virtual time both must run the same
+//! random workload to the same completions at the same instants, with the
+//! same counters (but `paced_holds`, which counts visits to a held-back
+//! QP), under the policies that cap, rotate, split, pace and window.
+
+use crate::common::*;
+
+/// One case, exhaustive and not; everything tenants see must match.
+fn same_run(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol) -> Result<(), TestCaseError> {
+    let cfg = DataplaneConfig::default();
+    let walk = run_case_with(qps, ops, seed, pol, cfg, 200_000_000, |r| r.dp.set_exhaustive(true))?;
+    let ready = run_case_with(qps, ops, seed, pol, cfg, 200_000_000, |_| {})?;
+    for (t, (a, b)) in walk.tenants.iter().zip(&ready.tenants).enumerate() {
+        prop_assert_eq!(&a.got, &b.got, "{:?}: tenant {}'s completions differ", pol, t);
+    }
+    let (mut a, mut b) = (walk.dp.counters(), ready.dp.counters());
+    prop_assert!(b.paced_holds <= a.paced_holds, "{:?}: {:?} vs {:?}", pol, a, b);
+    (a.paced_holds, b.paced_holds) = (0, 0);
+    prop_assert_eq!(a, b, "{:?}: counters differ", pol);
+    prop_assert_eq!(walk.now_ns(), ready.now_ns());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 10,
+        failure_persistence: None,
+        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+            ProptestConfig::default().rng_seed
+        } else {
+            RngSeed::Fixed(0x5EED_0016)
+        },
+        ..ProptestConfig::default()
+    })]
+
+    /// The same completions, at the same times, with or without ready sets.
+    #[test]
+    fn ready_sets_run_what_the_full_walk_runs((qps, ops, seed) in case()) {
+        for pol in [
+            Pol::Passthrough,
+            Pol::Perf,
+            Pol::Force(ForceSplit::HEAVY),
+            Pol::Named("justitia"),
+            Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096"),
+            Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
+            Pol::Named("perf:max_active_qps=1,quantum_ns=20000,chunk_bytes=4096"),
+            // Token buckets: QPs wait for their tenant's debt to be paid.
+            Pol::Named("perf:rate_bytes_per_s=2000000000,burst_bytes=65536,chunk_bytes=4096"),
+        ] {
+            same_run(&qps, &ops, seed, pol)?;
+        }
+    }
+}
