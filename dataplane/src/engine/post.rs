@@ -28,16 +28,14 @@ impl<R: Rnic> Dataplane<R> {
                 continue;
             }
             let max_chunks = if self.windowed && self.plans[t].windowed() { 0 } else { u32::MAX };
-            if self.qps[qi].pending_release
-                || (allowed && (self.qps[qi].has_work() || self.qps[qi].pending_wait.is_some()))
-            {
-                if self.post_qp(qi, allowed, now, max_chunks)? {
-                    did = true;
-                    // A post moves the QP towards its quantum, may end its
-                    // work, and a posted WAIT lets fair admission feed it.
-                    self.mark_manage(t);
-                    self.ready.admit.insert(t);
-                }
+            let wants = self.qps[qi].pending_release
+                || (allowed && (self.qps[qi].has_work() || self.qps[qi].pending_wait.is_some()));
+            if wants && self.post_qp(qi, allowed, now, max_chunks)? {
+                did = true;
+                // A post moves the QP towards its quantum, may end its
+                // work, and a posted WAIT lets fair admission feed it.
+                self.mark_manage(t);
+                self.ready.admit.insert(t);
             }
         }
         Ok(did)

@@ -72,7 +72,7 @@ impl IndexSet {
             }
             self.words[i] = !0;
         }
-        if n % 64 != 0 {
+        if !n.is_multiple_of(64) {
             self.insert(n - 1);
             let w = n / 64;
             self.words[w] |= (1u64 << (n % 64)) - 1;

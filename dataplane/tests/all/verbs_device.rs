@@ -12,6 +12,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use perf_dataplane::rnic::verbs::probe::VerbsDeviceReport;
+use perf_dataplane::rnic::verbs::sysfs;
 use perf_dataplane::rnic::verbs::{list_devices, VerbsRnic};
 use perf_dataplane::rnic::*;
 
