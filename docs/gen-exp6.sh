@@ -5,7 +5,7 @@
 # 1000-tenant scenario, under /usr/bin/time for its wall time and peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p perf-runner
+cargo build --release -q --workspace
 R=./target/release/perf-runner
 S=runner/scenarios/paper/exp6.toml
 rm -rf docs/plots/exp6

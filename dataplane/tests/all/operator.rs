@@ -21,19 +21,6 @@ fn cfg() -> DataplaneConfig {
     DataplaneConfig { watchdog_ns: 200_000, ..DataplaneConfig::default() }
 }
 
-/// Posts `n` WRITEs of tenant `t` spread over its `qps` QPs, with sizes
-/// that split into several chunks.
-fn post_batch(rig: &mut Rig, ledger: &mut Ledger, t: usize, qps: u32, first_id: u64, n: u64) {
-    for k in 0..n {
-        let id = first_id + k;
-        let qp = (id % qps as u64) as u32;
-        let len = 4096 + (id as u32 * 7919) % 60_000;
-        let wr = rig.wr(t, id, qp, false, (qp as u64) << 16, len);
-        ledger.record(&wr);
-        post(&rig.tenants[t].h, wr);
-    }
-}
-
 #[test]
 fn pause_holds_a_tenant_and_resume_completes_everything_once_in_order() {
     let mut rig = Rig::new(11, POL, cfg());

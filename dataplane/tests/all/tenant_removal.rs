@@ -14,19 +14,6 @@ use perf_dataplane::rnic::RnicError;
 /// work is held in software, some is in the NIC.
 const POL: Pol = Pol::Force(ForceSplit::HEAVY);
 
-/// Posts `n` WRITEs of tenant `t` spread over its `qps` QPs, with sizes
-/// that split into several chunks.
-fn post_batch(rig: &mut Rig, ledger: &mut Ledger, t: usize, qps: u32, first_id: u64, n: u64) {
-    for k in 0..n {
-        let id = first_id + k;
-        let qp = (id % qps as u64) as u32;
-        let len = 4096 + (id as u32 * 7919) % 60_000;
-        let wr = rig.wr(t, id, qp, false, (qp as u64) << 16, len);
-        ledger.record(&wr);
-        post(&rig.tenants[t].h, wr);
-    }
-}
-
 /// Drives until tenants `ts` have `want` completions each.
 fn drive_until(rig: &mut Rig, ts: &[(usize, usize)]) {
     let deadline = rig.now_ns() + 500_000_000;
