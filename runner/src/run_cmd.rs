@@ -16,6 +16,7 @@ use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcSc
 use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
 
 use crate::driver::{drive, Actor, NicTimeline};
+use crate::loop_cost::{LoopChoice, LoopCostArgs, LoopReport};
 use crate::output::OutputArgs;
 use crate::realtime::{run_realtime, Realtime};
 use crate::report::{CostReport, PolicyLog, Report, RnicReport, TenantReport};
@@ -48,6 +49,9 @@ pub struct Args {
     /// Output files and terminal options.
     #[command(flatten)]
     out: OutputArgs,
+    /// The loop's cost in virtual time.
+    #[command(flatten)]
+    loop_cost: LoopCostArgs,
     /// Swap the policy at MS milliseconds of the NIC's clock (virtual
     /// time, or wall time with --realtime) to POLICY (a
     /// built-in name, `wasm:NAME` or a `.wasm` file); repeatable. The
@@ -138,6 +142,9 @@ pub struct RunOptions {
     pub progress: Option<ProgressBar>,
     /// Scripted policy swaps (`--swap-at`), in any order.
     pub swaps: Vec<SwapAt>,
+    /// The loop's cost in virtual time (`--loop-cost`; a free loop by
+    /// default here, `measured` by default on the command line).
+    pub loop_cost: LoopChoice,
 }
 
 /// Width of the timeline buckets (throughput and utilization over time):
@@ -333,6 +340,12 @@ pub fn report_of<R: Rnic, N: Rnic>(
         policy_counters,
         policy_log,
         nic_timeline,
+        loop_cost: LoopReport {
+            source: if dp.loop_cost().is_zero() { "zero".into() } else { "set".into() },
+            model: dp.loop_cost(),
+            busy_ns: dp.loop_busy_ps(total_ns) as f64 / 1000.0,
+            utilization: dp.loop_busy_ps(total_ns) as f64 / (total_ns.max(1) as f64 * 1000.0),
+        },
         duration_ns: total_ns.max(1),
         realtime: None,
     }
@@ -365,6 +378,8 @@ pub fn report(
 pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &RunOptions) -> anyhow::Result<Report> {
     let Wired { fabric, mut dp, mut tenants, mut peers, end_ns: end, mut nic_timeline } =
         wire(sc, policy, hw, ClockMode::Virtual, opts)?;
+    // Virtual time only: a loop in real time takes its real time.
+    dp.set_loop_cost(opts.loop_cost.cost);
     {
         let mut apps: Vec<&mut dyn Actor> = Vec::new();
         for t in tenants.iter_mut() {
@@ -378,7 +393,9 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         let progress = opts.progress.as_ref().unwrap_or(&hidden);
         drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
     }
-    Ok(report(policy, hw, &fabric, &dp, tenants, nic_timeline, end + 1_000_000))
+    let mut r = report(policy, hw, &fabric, &dp, tenants, nic_timeline, end + 1_000_000);
+    r.loop_cost.source = opts.loop_cost.source.clone();
+    Ok(r)
 }
 
 /// Runs the command.
@@ -401,7 +418,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
     // The same swaps in the alone runs, so that the ratios compare like with like.
-    let opts = RunOptions { swaps, ..a.out.run_options(&sc, runs) };
+    let loop_cost = a.loop_cost.choice()?;
+    anyhow::ensure!(
+        loop_cost.cost.is_zero() || (live.is_none() && !a.realtime),
+        "--loop-cost {}: only virtual-time runs charge the loop (a real-time loop takes its real time); \
+         give --loop-cost zero",
+        loop_cost.source
+    );
+    let opts = RunOptions { swaps, loop_cost, ..a.out.run_options(&sc, runs) };
     let mut report = if let Some((device, mode)) = &live {
         match crate::live::run_verbs(&sc, policy, device, mode, &opts)? {
             Some(r) => r,
