@@ -126,7 +126,12 @@ fn shapes() -> [(&'static str, &'static str, LoadShape); 4] {
 }
 
 /// Runs one load for `budget` (after a tenth of it as warm-up).
-fn run_load(name: &'static str, policy: &'static str, shape: LoadShape, budget: Duration) -> Result<LoadSample, CalibrateError> {
+fn run_load(
+    name: &'static str,
+    policy: &'static str,
+    shape: LoadShape,
+    budget: Duration,
+) -> Result<LoadSample, CalibrateError> {
     let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
     let load_err = |source| CalibrateError::Load { name, source };
     let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;

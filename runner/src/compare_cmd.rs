@@ -213,10 +213,7 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
         s,
         "loop: the dataplane core's utilization, its work charged to virtual time; WQE/msg, call/msg: WQEs posted and"
     );
-    let _ = writeln!(
-        s,
-        "policy hook calls per application message; alone:GROUP: that tenant group alone, passthrough"
-    );
+    let _ = writeln!(s, "policy hook calls per application message; alone:GROUP: that tenant group alone, passthrough");
     if let Some(r) = runs.first() {
         let _ = writeln!(s, "{}", r.loop_cost.model_line());
     }

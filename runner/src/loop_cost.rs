@@ -14,17 +14,29 @@ use serde::Serialize;
 #[derive(clap::Args, Clone, Debug)]
 pub struct LoopCostArgs {
     /// What the dataplane loop's work costs in virtual time: `measured`
-    /// (default: the figures measured on the reference machine,
+    /// (the default: the figures measured on the reference machine,
     /// docs/loop-cost.md), `zero` (a free loop, as before the cost model),
-    /// or a file `perf-runner calibrate-loop` wrote.
-    #[arg(long = "loop-cost", value_name = "measured|zero|FILE", default_value = "measured")]
-    pub loop_cost: String,
+    /// or a file `perf-runner calibrate-loop` wrote. A real-time run
+    /// (`--realtime`, `--backend verbs`) takes its real time and is never
+    /// charged.
+    #[arg(long = "loop-cost", value_name = "measured|zero|FILE")]
+    pub loop_cost: Option<String>,
 }
 
 impl LoopCostArgs {
-    /// The model the flag names.
+    /// The model for a virtual-time run (`measured` unless the flag says).
     pub fn choice(&self) -> anyhow::Result<LoopChoice> {
-        LoopChoice::parse(&self.loop_cost)
+        LoopChoice::parse(self.loop_cost.as_deref().unwrap_or("measured"))
+    }
+
+    /// The model for a real-time run: none; a cost given anyway is refused.
+    pub fn real_time(&self) -> anyhow::Result<LoopChoice> {
+        match self.loop_cost.as_deref() {
+            None | Some("zero") => Ok(LoopChoice { source: "real time (not charged)".into(), cost: LoopCost::ZERO }),
+            Some(v) => anyhow::bail!(
+                "--loop-cost {v}: only virtual-time runs charge the loop (a real-time loop takes its real time)"
+            ),
+        }
     }
 }
 
@@ -62,9 +74,8 @@ impl LoopChoice {
 
 /// Reads a cost model file (TOML, the fields of `LoopCost` in ps).
 pub fn read_file(path: &Path) -> anyhow::Result<LoopCost> {
-    let text = std::fs::read_to_string(path).with_context(|| {
-        format!("--loop-cost {}: not `measured`, `zero` or a readable file", path.display())
-    })?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--loop-cost {}: not `measured`, `zero` or a readable file", path.display()))?;
     toml::from_str(&text).with_context(|| format!("--loop-cost {}: not a loop cost file", path.display()))
 }
 
@@ -162,7 +173,11 @@ pub fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
     println!("{}", report.line());
     let host = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let header = format!(

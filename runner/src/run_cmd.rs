@@ -341,6 +341,7 @@ pub fn report_of<R: Rnic, N: Rnic>(
         policy_log,
         nic_timeline,
         loop_cost: LoopReport {
+            // The caller names the source (`run_scenario_with`, real time).
             source: if dp.loop_cost().is_zero() { "zero".into() } else { "set".into() },
             model: dp.loop_cost(),
             busy_ns: dp.loop_busy_ps(total_ns) as f64 / 1000.0,
@@ -418,13 +419,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
     // The same swaps in the alone runs, so that the ratios compare like with like.
-    let loop_cost = a.loop_cost.choice()?;
-    anyhow::ensure!(
-        loop_cost.cost.is_zero() || (live.is_none() && !a.realtime),
-        "--loop-cost {}: only virtual-time runs charge the loop (a real-time loop takes its real time); \
-         give --loop-cost zero",
-        loop_cost.source
-    );
+    let loop_cost = if live.is_some() || a.realtime { a.loop_cost.real_time()? } else { a.loop_cost.choice()? };
     let opts = RunOptions { swaps, loop_cost, ..a.out.run_options(&sc, runs) };
     let mut report = if let Some((device, mode)) = &live {
         match crate::live::run_verbs(&sc, policy, device, mode, &opts)? {
@@ -450,6 +445,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         run_scenario_with(&sc, policy, &hw, &opts)?
     };
     report.scenario = a.scenario.display().to_string();
+    report.loop_cost.source = opts.loop_cost.source.clone();
     if a.alone {
         let mut group_alone = std::collections::HashMap::new();
         for (group, first) in sc.groups() {
@@ -556,6 +552,39 @@ mod tests {
         let start_bucket = (30_000_000 / late.timeline.bucket_ns) as usize;
         let before: u64 = late.timeline.messages[..start_bucket].iter().sum();
         assert_eq!(before, 0, "the late tenant posted before its start");
+    }
+
+    /// Every run's JSON and table carry the loop's cost model and busy
+    /// time; a zero cost reports none and runs as before.
+    #[test]
+    fn the_report_carries_the_loop_cost_model_and_its_utilization() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
+        let sc = Scenario::load(&path).expect("scenario loads");
+        let hw = parse_hw("rr").expect("rr");
+        let free = run_scenario(&sc, "perf", &hw).expect("run");
+        let zero = LoopChoice::parse("zero").expect("zero");
+        let zero = run_scenario_with(&sc, "perf", &hw, &RunOptions { loop_cost: zero, ..RunOptions::default() })
+            .expect("zero run");
+        let json = |r: &Report| serde_json::to_value(r).expect("serialises");
+        assert_eq!(json(&free), json(&zero), "a zero cost is the default of a library run");
+        assert_eq!(json(&zero)["loop_cost"]["utilization"], 0.0);
+        let opts = RunOptions { loop_cost: LoopChoice::measured(), ..RunOptions::default() };
+        let r = run_scenario_with(&sc, "perf", &hw, &opts).expect("measured run");
+        let j = json(&r);
+        let l = &j["loop_cost"];
+        assert_eq!(l["source"], "measured");
+        assert_eq!(l["model"]["wqe_ps"], perf_dataplane::engine::LoopCost::MEASURED.wqe_ps);
+        for key in ["round_ps", "cqe_ps"] {
+            assert!(l["model"][key].as_u64().is_some_and(|v| v > 0), "{key}: {l}");
+        }
+        for key in ["call_ps", "tick_ps", "tick_tenant_ps"] {
+            assert!(l["model"]["native"][key].is_u64() && l["model"]["wasm"][key].is_u64(), "{key}: {l}");
+        }
+        let util = l["utilization"].as_f64().expect("utilization");
+        assert!(util > 0.0 && util <= 1.0, "{l}");
+        assert!(l["busy_ns"].as_f64().is_some_and(|b| b > 0.0 && b <= r.duration_ns as f64), "{l}");
+        let table = r.table();
+        assert_eq!(table.lines().filter(|l| l.starts_with("loop: cost measured")).count(), 1, "{table}");
     }
 
     #[test]
