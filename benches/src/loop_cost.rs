@@ -193,11 +193,12 @@ fn solve(mut m: Vec<Vec<f64>>) -> Vec<f64> {
         if m[c][c].abs() < 1e-30 {
             continue;
         }
-        for r in 0..n {
+        let pivot = m[c].clone();
+        for (r, row) in m.iter_mut().enumerate() {
             if r != c {
-                let f = m[r][c] / m[c][c];
-                for k in c..=n {
-                    m[r][k] -= f * m[c][k];
+                let f = row[c] / pivot[c];
+                for (x, p) in row.iter_mut().zip(&pivot).skip(c) {
+                    *x -= f * p;
                 }
             }
         }
