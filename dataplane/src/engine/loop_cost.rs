@@ -10,7 +10,7 @@
 //! `round + wqe x WQEs posted + cqe x CQEs polled + call x policy calls
 //!  + (tick + tick_tenant x tenants) x policy ticks`
 //!
-//! (the policy's two figures for a native or a wasm policy, whichever ran
+//! (the policy's three figures for a native or a wasm policy, whichever ran
 //! the round), and the loop then stays busy for that long: it runs its next
 //! round no earlier than the end of that time (the dataplane's
 //! [`App::poll`](crate::perftest::App::poll) is the gate). The work of a round
