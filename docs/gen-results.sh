@@ -53,6 +53,14 @@ the wire utilization of the sending host; WQE/msg and call/msg are the
 dataplane's cost per application message in virtual time (WQEs posted and
 policy hook calls; zero-weight WRs and sub-requests are what `perf` pays).
 
+## Loop cost
+
+Virtual-time runs charge the dataplane loop's own work to the clock
+(`--loop-cost`, default `measured`; the `loop` column is the loop core's
+utilization). [loop-cost.md](loop-cost.md) gives the model, the machine
+its figures were measured on, and where experiments 1 to 3 and 6 moved
+compared with a free loop (`--loop-cost zero`), with the commands.
+
 ## Experiment 1: B_App_single + D_App_single
 
 A 1 MB WRITE stream beside a 16 B WRITE ping-pong. Without isolation the

@@ -20,28 +20,7 @@ use perf_policy_sdk::{Policy, RequestInfo, RequestOp, TenantInfo, TenantPlan, Te
 
 /// 64 tenants: a third bandwidth, a third delay-, a third message-sensitive.
 fn stats() -> Vec<TenantStats> {
-    (0..64u32)
-        .map(|i| {
-            let (size, depth) = match i % 3 {
-                0 => (1u64 << 20, 128),
-                1 => (16, 1),
-                _ => (16, 128),
-            };
-            TenantStats {
-                tenant: i,
-                qps: 1 + i % 4,
-                backlogged_qps: 1 + i % 4,
-                max_depth: depth,
-                ewma_msg_bytes: size as f64,
-                max_msg_bytes: size,
-                completed: 100,
-                bytes: 100 * size,
-                mean_latency_ns: 5_000,
-                weight: 1,
-                p99_latency_ns: 8_000,
-            }
-        })
-        .collect()
+    perf_benches::loop_cost::tenant_stats(64)
 }
 
 /// Runs of each measurement (short ones, of tens of microseconds, so that

@@ -3,7 +3,8 @@
 //! any RNIC ([`load`]), one bulk tenant over the simulated pair for the
 //! single-tenant benches ([`bulk`]), a counting allocator for the memory
 //! bench ([`alloc`]), wasmtime's interruption mechanisms alone
-//! ([`interrupt`]); the record of each run's figures ([`results`]), the
+//! ([`interrupt`]), the loop's cost model measured for virtual time
+//! ([`loop_cost`], which `perf-runner calibrate-loop` runs); the record of each run's figures ([`results`]), the
 //! regression guard's comparison against the checked-in baseline of ratios
 //! ([`guard`]), the charts `bench-report` draws from the records
 //! ([`plot`]), and the `perf-runner` binary for the benches that run it
@@ -16,6 +17,7 @@ pub mod bulk;
 pub mod guard;
 pub mod interrupt;
 pub mod load;
+pub mod loop_cost;
 pub mod null_rnic;
 pub mod plot;
 pub mod results;

@@ -36,6 +36,9 @@ pub struct Args {
     /// Output files and terminal options.
     #[command(flatten)]
     out: OutputArgs,
+    /// The loop's cost in virtual time.
+    #[command(flatten)]
+    loop_cost: crate::loop_cost::LoopCostArgs,
 }
 
 /// Splits `--hw` values into modes: `sp,ets:3,1` is `sp` and `ets:3,1`.
@@ -101,7 +104,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     anyhow::ensure!(!configs.is_empty(), "nothing to compare: give --policies and/or --hw");
     let groups = if a.no_alone { Vec::new() } else { sc.groups() };
-    let opts = a.out.run_options(&sc, configs.len() + groups.len());
+    let opts = crate::run_cmd::RunOptions {
+        loop_cost: a.loop_cost.choice()?,
+        ..a.out.run_options(&sc, configs.len() + groups.len())
+    };
     let mut runs = Vec::new();
     let total = configs.len() + groups.len();
     for (i, (config, policy, hw)) in configs.iter().enumerate() {
@@ -205,10 +211,12 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
     );
     let _ = writeln!(
         s,
-        "WQE/msg, call/msg: dataplane cost per application message (WQEs posted, policy hook calls: virtual time has"
+        "loop: the dataplane core's utilization, its work charged to virtual time; WQE/msg, call/msg: WQEs posted and"
     );
-    let _ =
-        writeln!(s, "no CPU time, so the loop's work is counted); alone:GROUP: that tenant group alone, passthrough");
+    let _ = writeln!(s, "policy hook calls per application message; alone:GROUP: that tenant group alone, passthrough");
+    if let Some(r) = runs.first() {
+        let _ = writeln!(s, "{}", r.loop_cost.model_line());
+    }
     let cw = 36;
     // The config column fits the longest name (policies with parameters).
     let w = runs.iter().map(|r| r.config.len() + 1).max().unwrap_or(0).max(18);
@@ -218,7 +226,7 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
         let _ = write!(head1, " {:<cw$}", g);
         let _ = write!(head2, " {:>7} {:>8} {:>9} {:>9}", "Gb/s", "Mmsg/s", "mean", "p99");
     }
-    let _ = write!(head2, " {:>6} {:>8} {:>9}", "NIC", "WQE/msg", "call/msg");
+    let _ = write!(head2, " {:>6} {:>6} {:>8} {:>9}", "NIC", "loop", "WQE/msg", "call/msg");
     let _ = writeln!(s, "{}", head1.trim_end());
     let _ = writeln!(s, "{head2}");
     for r in runs {
@@ -240,8 +248,8 @@ pub fn table(scenario: &str, runs: &[Report]) -> String {
         }
         let _ = write!(
             line,
-            " {:>6.3} {:>8.2} {:>9.2}",
-            r.rnic.utilization, r.cost.wqes_per_msg, r.cost.policy_calls_per_msg
+            " {:>6.3} {:>6.3} {:>8.2} {:>9.2}",
+            r.rnic.utilization, r.loop_cost.utilization, r.cost.wqes_per_msg, r.cost.policy_calls_per_msg
         );
         let _ = writeln!(s, "{line}");
     }

@@ -27,6 +27,12 @@ pub trait Actor: App {
 /// NIC is busy would move ticks off the instants `perftest::run_virtual`
 /// ticks at, and the policies' figures with them.
 impl Actor for Dataplane<SimRnic> {
+    /// The end of the loop's busy time (its cost model,
+    /// `perf_dataplane::engine::loop_cost`): it runs its next round then.
+    fn next_wake_ns(&self) -> Option<u64> {
+        self.loop_busy_until_ns()
+    }
+
     fn idle_wake_ns(&self) -> Option<u64> {
         Some(self.next_timer_ns())
     }

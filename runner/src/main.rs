@@ -8,6 +8,7 @@ mod doctor_cmd;
 mod driver;
 mod isolation;
 mod live;
+mod loop_cost;
 mod output;
 mod perftest_cmd;
 mod plot;
@@ -35,6 +36,11 @@ enum Command {
     /// Runs the simulator's calibration cases (perftest-like traffic straight
     /// on the modelled NIC) and prints them against the ConnectX-6 figures.
     Calibrate(calibrate_cmd::Args),
+    /// Measures the dataplane loop's cost on this machine (over the null
+    /// RNIC) and writes a file that `run --loop-cost FILE` reads
+    /// (docs/loop-cost.md).
+    #[command(name = "calibrate-loop")]
+    CalibrateLoop(loop_cost::CalibrateArgs),
     /// Lists the RDMA devices of this machine, their ports, link state and
     /// GIDs, and which isolation mechanisms run in the NIC and which are
     /// host-gated; says so plainly (and exits 0) when there is none.
@@ -125,6 +131,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Calibrate(a) => calibrate_cmd::run(a),
+        Command::CalibrateLoop(a) => loop_cost::calibrate(a),
         Command::Devices(a) => devices_cmd::run(a),
         Command::Doctor(a) => doctor_cmd::run(a),
         Command::Run(a) => run_cmd::run(a),

@@ -64,7 +64,7 @@ impl OutputArgs {
             }
             bar
         });
-        RunOptions { hdr_interval_ns, progress, swaps: Vec::new() }
+        RunOptions { hdr_interval_ns, progress, swaps: Vec::new(), loop_cost: Default::default() }
     }
 
     /// Checks the flags and every output path before a run, so that a

@@ -247,6 +247,8 @@ pub struct Report {
     /// NIC utilization over time (for plots; not in JSON).
     #[serde(skip)]
     pub nic_timeline: NicTimeline,
+    /// The loop's cost model and its busy time in virtual time.
+    pub loop_cost: crate::loop_cost::LoopReport,
     /// Total time run, ns of the NIC's clock (virtual, or wall time with
     /// `--realtime`).
     pub duration_ns: u64,
@@ -366,6 +368,7 @@ impl Report {
             self.cost.wqes_per_msg,
             self.cost.policy_calls_per_msg
         );
+        let _ = writeln!(s, "{}", self.loop_cost.line());
         if let Some(rt) = &self.realtime {
             let core = match (rt.core, rt.pinned) {
                 (Some(c), true) => format!("core {c} (pinned)"),

@@ -16,6 +16,7 @@ use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcSc
 use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
 
 use crate::driver::{drive, Actor, NicTimeline};
+use crate::loop_cost::{LoopChoice, LoopCostArgs, LoopReport};
 use crate::output::OutputArgs;
 use crate::realtime::{run_realtime, Realtime};
 use crate::report::{CostReport, PolicyLog, Report, RnicReport, TenantReport};
@@ -48,6 +49,9 @@ pub struct Args {
     /// Output files and terminal options.
     #[command(flatten)]
     out: OutputArgs,
+    /// The loop's cost in virtual time.
+    #[command(flatten)]
+    loop_cost: LoopCostArgs,
     /// Swap the policy at MS milliseconds of the NIC's clock (virtual
     /// time, or wall time with --realtime) to POLICY (a
     /// built-in name, `wasm:NAME` or a `.wasm` file); repeatable. The
@@ -138,6 +142,9 @@ pub struct RunOptions {
     pub progress: Option<ProgressBar>,
     /// Scripted policy swaps (`--swap-at`), in any order.
     pub swaps: Vec<SwapAt>,
+    /// The loop's cost in virtual time (`--loop-cost`; a free loop by
+    /// default here, `measured` by default on the command line).
+    pub loop_cost: LoopChoice,
 }
 
 /// Width of the timeline buckets (throughput and utilization over time):
@@ -333,6 +340,13 @@ pub fn report_of<R: Rnic, N: Rnic>(
         policy_counters,
         policy_log,
         nic_timeline,
+        loop_cost: LoopReport {
+            // The caller names the source (`run_scenario_with`, real time).
+            source: if dp.loop_cost().is_zero() { "zero".into() } else { "set".into() },
+            model: dp.loop_cost(),
+            busy_ns: dp.loop_busy_ps(total_ns) as f64 / 1000.0,
+            utilization: dp.loop_busy_ps(total_ns) as f64 / (total_ns.max(1) as f64 * 1000.0),
+        },
         duration_ns: total_ns.max(1),
         realtime: None,
     }
@@ -365,6 +379,8 @@ pub fn report(
 pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &RunOptions) -> anyhow::Result<Report> {
     let Wired { fabric, mut dp, mut tenants, mut peers, end_ns: end, mut nic_timeline } =
         wire(sc, policy, hw, ClockMode::Virtual, opts)?;
+    // Virtual time only: a loop in real time takes its real time.
+    dp.set_loop_cost(opts.loop_cost.cost);
     {
         let mut apps: Vec<&mut dyn Actor> = Vec::new();
         for t in tenants.iter_mut() {
@@ -378,7 +394,9 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
         let progress = opts.progress.as_ref().unwrap_or(&hidden);
         drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
     }
-    Ok(report(policy, hw, &fabric, &dp, tenants, nic_timeline, end + 1_000_000))
+    let mut r = report(policy, hw, &fabric, &dp, tenants, nic_timeline, end + 1_000_000);
+    r.loop_cost.source = opts.loop_cost.source.clone();
+    Ok(r)
 }
 
 /// Runs the command.
@@ -401,7 +419,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let runs = 1 + if a.alone { sc.groups().len() } else { 0 };
     // The same swaps in the alone runs, so that the ratios compare like with like.
-    let opts = RunOptions { swaps, ..a.out.run_options(&sc, runs) };
+    let loop_cost = if live.is_some() || a.realtime { a.loop_cost.real_time()? } else { a.loop_cost.choice()? };
+    let opts = RunOptions { swaps, loop_cost, ..a.out.run_options(&sc, runs) };
     let mut report = if let Some((device, mode)) = &live {
         match crate::live::run_verbs(&sc, policy, device, mode, &opts)? {
             Some(r) => r,
@@ -426,6 +445,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         run_scenario_with(&sc, policy, &hw, &opts)?
     };
     report.scenario = a.scenario.display().to_string();
+    report.loop_cost.source = opts.loop_cost.source.clone();
     if a.alone {
         let mut group_alone = std::collections::HashMap::new();
         for (group, first) in sc.groups() {
@@ -532,6 +552,39 @@ mod tests {
         let start_bucket = (30_000_000 / late.timeline.bucket_ns) as usize;
         let before: u64 = late.timeline.messages[..start_bucket].iter().sum();
         assert_eq!(before, 0, "the late tenant posted before its start");
+    }
+
+    /// Every run's JSON and table carry the loop's cost model and busy
+    /// time; a zero cost reports none and runs as before.
+    #[test]
+    fn the_report_carries_the_loop_cost_model_and_its_utilization() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
+        let sc = Scenario::load(&path).expect("scenario loads");
+        let hw = parse_hw("rr").expect("rr");
+        let free = run_scenario(&sc, "perf", &hw).expect("run");
+        let zero = LoopChoice::parse("zero").expect("zero");
+        let zero = run_scenario_with(&sc, "perf", &hw, &RunOptions { loop_cost: zero, ..RunOptions::default() })
+            .expect("zero run");
+        let json = |r: &Report| serde_json::to_value(r).expect("serialises");
+        assert_eq!(json(&free), json(&zero), "a zero cost is the default of a library run");
+        assert_eq!(json(&zero)["loop_cost"]["utilization"], 0.0);
+        let opts = RunOptions { loop_cost: LoopChoice::measured(), ..RunOptions::default() };
+        let r = run_scenario_with(&sc, "perf", &hw, &opts).expect("measured run");
+        let j = json(&r);
+        let l = &j["loop_cost"];
+        assert_eq!(l["source"], "measured");
+        assert_eq!(l["model"]["wqe_ps"], perf_dataplane::engine::LoopCost::MEASURED.wqe_ps);
+        for key in ["round_ps", "cqe_ps"] {
+            assert!(l["model"][key].as_u64().is_some_and(|v| v > 0), "{key}: {l}");
+        }
+        for key in ["call_ps", "tick_ps", "tick_tenant_ps"] {
+            assert!(l["model"]["native"][key].is_u64() && l["model"]["wasm"][key].is_u64(), "{key}: {l}");
+        }
+        let util = l["utilization"].as_f64().expect("utilization");
+        assert!(util > 0.0 && util <= 1.0, "{l}");
+        assert!(l["busy_ns"].as_f64().is_some_and(|b| b > 0.0 && b <= r.duration_ns as f64), "{l}");
+        let table = r.table();
+        assert_eq!(table.lines().filter(|l| l.starts_with("loop: cost measured")).count(), 1, "{table}");
     }
 
     #[test]

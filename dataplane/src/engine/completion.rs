@@ -82,6 +82,7 @@ impl<R: Rnic> Dataplane<R> {
                 }
                 Err(e) => return Err(e),
             };
+            self.counters.cqes_polled += n as u64;
             for wc in &wcs[..n] {
                 match which {
                     SharedCq::Send => self.on_send_wc(wc, now),

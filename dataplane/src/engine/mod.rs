@@ -24,6 +24,7 @@ mod completion;
 pub mod control_qp;
 mod handoff;
 mod intake;
+pub mod loop_cost;
 mod operator;
 mod pacing;
 mod pinned;
@@ -47,6 +48,7 @@ use crate::policy::PolicyHost;
 use crate::rnic::*;
 use chan::{Arrivals, BoundedRx, BoundedTx};
 use control_qp::ControlQp;
+pub use loop_cost::{LoopCost, PolicyCost, RoundWork};
 pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
 pub use pinned::PinReport;
@@ -80,6 +82,11 @@ pub struct DataplaneConfig {
     /// the QPs' queues together hold more than this, the QPs share it under
     /// a budget (see [`Dataplane::create_qp`]).
     pub cq_depth: u32,
+    /// What the loop's work costs in virtual time ([`loop_cost`]):
+    /// [`LoopCost::ZERO`] by default (a free loop, and a real-time loop
+    /// takes its real time whatever this says); `perf-runner` runs with
+    /// [`LoopCost::MEASURED`] unless told otherwise.
+    pub loop_cost: LoopCost,
 }
 
 impl Default for DataplaneConfig {
@@ -92,6 +99,7 @@ impl Default for DataplaneConfig {
             max_requests_per_round: 512,
             watchdog_ns: 1_000_000_000,
             cq_depth: SHARED_CQ_DEPTH,
+            loop_cost: LoopCost::ZERO,
         }
     }
 }
@@ -142,6 +150,8 @@ pub struct DataplaneCounters {
     pub zero_weight_wrs: u64,
     /// Post lists (doorbells).
     pub doorbells: u64,
+    /// CQEs polled from the shared send and receive CQs.
+    pub cqes_polled: u64,
     /// Hidden completions drained (never shown to tenants).
     pub hidden_completions: u64,
     /// Application completions delivered.
@@ -322,6 +332,8 @@ pub struct Dataplane<R: Rnic> {
     rated: IndexSet,
     /// The plans and rate limits before the policy's tick (reused).
     before: (Vec<TenantPlan>, Vec<Pacing>),
+    /// The loop's busy time on the virtual clock ([`loop_cost`]).
+    clock: loop_cost::LoopClock,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -392,6 +404,7 @@ impl<R: Rnic> Dataplane<R> {
             cq_waiters: Vec::new(),
             rated: IndexSet::default(),
             before: (Vec::new(), Vec::new()),
+            clock: loop_cost::LoopClock::default(),
         })
     }
 
@@ -653,12 +666,15 @@ impl<R: Rnic> Dataplane<R> {
     }
 }
 
+/// The dataplane in a virtual-time run: each poll is a round, charged to
+/// the loop's clock by [`DataplaneConfig::loop_cost`] ([`loop_cost`]).
 impl<R: Rnic> crate::perftest::App for Dataplane<R> {
     fn poll(&mut self) -> Result<bool, crate::perftest::AppError> {
-        Ok(self.round()?)
+        Ok(self.charged_round()?)
     }
 
     fn next_timer_ns(&self) -> Option<u64> {
-        Some(Dataplane::next_timer_ns(self))
+        // While busy the loop can do nothing before it is free again.
+        Some(self.loop_busy_until_ns().unwrap_or_else(|| Dataplane::next_timer_ns(self)))
     }
 }

@@ -10,6 +10,7 @@ mod faults;
 mod host_handoff;
 mod hostile_policies;
 mod hostile_tenants;
+mod loop_cost;
 mod operator;
 mod policy_decode_fuzz;
 mod policy_suite;

@@ -518,3 +518,39 @@ fn outputs_are_all_or_nothing_and_nothing_is_overwritten() {
     assert!(err.contains("not a socket"), "{err}");
     assert_eq!(std::fs::read_to_string(&file).expect("still there"), "keep me");
 }
+
+/// `calibrate-loop` writes a model that `run --loop-cost FILE` reads and
+/// reports; `run` reports the measured model by default, and a free loop
+/// with `--loop-cost zero`; a real-time run refuses a cost.
+#[test]
+fn calibrate_loop_writes_a_model_that_run_reads_and_reports() {
+    let d = scratch("loop-cost");
+    let model = d.join("loop-cost.toml");
+    let out = stdout(bin().args(["calibrate-loop", "--load-ms", "5", "--runs", "3", "-o"]).arg(&model));
+    assert!(out.contains("perf 8x4 depth 2 1MiB +M") && out.contains("wasm:perf"), "{out}");
+    let text = std::fs::read_to_string(&model).expect("the model file");
+    assert!(text.starts_with("# ") && text.contains("wqe_ps") && text.contains("[wasm]"), "{text}");
+    let sc = "runner/scenarios/b_single-d_single.toml";
+    let report = |flag: Option<&Path>| -> (Value, String) {
+        let json = d.join("r.json");
+        let mut c = bin();
+        c.args(["run", sc, "--policy", "perf", "--json"]).arg(&json);
+        if let Some(f) = flag {
+            c.arg("--loop-cost").arg(f);
+        }
+        let out = stdout(&mut c);
+        (serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses"), out)
+    };
+    let (file, out) = report(Some(&model));
+    assert_eq!(file["loop_cost"]["source"], model.display().to_string());
+    assert!(out.lines().any(|l| l.starts_with("loop: cost ") && l.contains("utilization")), "{out}");
+    let (measured, _) = report(None);
+    assert_eq!(measured["loop_cost"]["source"], "measured");
+    let util = measured["loop_cost"]["utilization"].as_f64().expect("utilization");
+    assert!(util > 0.0 && util <= 1.0, "{}", measured["loop_cost"]);
+    let (zero, _) = report(Some(Path::new("zero")));
+    assert_eq!(zero["loop_cost"]["utilization"], 0.0);
+    let err = bin().args(["run", sc, "--realtime", "--loop-cost", "measured"]).output().expect("runs");
+    assert!(!err.status.success());
+    assert!(String::from_utf8_lossy(&err.stderr).contains("only virtual-time runs"));
+}

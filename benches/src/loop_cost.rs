@@ -1,0 +1,314 @@
+//! Measures the dataplane loop's cost model ([`LoopCost`]) on this
+//! machine: `perf-runner calibrate-loop` runs it and writes the override
+//! file that `--loop-cost FILE` reads.
+//!
+//! - The loop's own figures (per round, per WQE posted, per CQE polled)
+//!   come from loads over the null RNIC ([`crate::load`], as the `dispatch`
+//!   and `scale` benches drive them): the wall time inside `round()` less
+//!   the time inside the policy's hooks (the loop's `policy_ns`), fitted by
+//!   least squares to the rounds, WQEs and CQEs each load ran.
+//! - The policy's figures, native and wasm (`perf` and `wasm:perf` through
+//!   the [`PolicyHost`] the loop calls): the median time of an
+//!   `on_request` (a call), and of an `on_tick` over 64 tenants against one
+//!   over 1 tenant (the slope is the cost per tenant record, the rest the
+//!   tick's own).
+
+use std::time::{Duration, Instant};
+
+use perf_dataplane::engine::{LoopCost, PolicyCost};
+use perf_dataplane::policy::PolicyHost;
+use perf_policy_sdk::{RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
+
+use crate::load::{Load, LoadShape, Sensitive};
+use crate::null_rnic::NullRnic;
+
+/// What went wrong in a calibration.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    /// A policy did not load.
+    #[error("policy {name}: {why}")]
+    Policy {
+        /// The policy.
+        name: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// The dataplane refused a load's setup or a round failed.
+    #[error("load {name}: {source}")]
+    Load {
+        /// The load.
+        name: &'static str,
+        /// The dataplane's error.
+        source: perf_dataplane::rnic::RnicError,
+    },
+}
+
+/// `n` tenants' statistics: a third bandwidth, a third delay-, a third
+/// message-sensitive (the `policy_round` bench's tick over 64 tenants).
+pub fn tenant_stats(n: u32) -> Vec<TenantStats> {
+    (0..n)
+        .map(|i| {
+            let (size, depth) = match i % 3 {
+                0 => (1u64 << 20, 128),
+                1 => (16, 1),
+                _ => (16, 128),
+            };
+            TenantStats {
+                tenant: i,
+                qps: 1 + i % 4,
+                backlogged_qps: 1 + i % 4,
+                max_depth: depth,
+                ewma_msg_bytes: size as f64,
+                max_msg_bytes: size,
+                completed: 100,
+                bytes: 100 * size,
+                mean_latency_ns: 5_000,
+                weight: 1,
+                p99_latency_ns: 8_000,
+            }
+        })
+        .collect()
+}
+
+/// One load of the fit and what it measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LoadSample {
+    /// The load.
+    pub name: &'static str,
+    /// Rounds run.
+    pub rounds: u64,
+    /// WQEs posted.
+    pub wqes: u64,
+    /// CQEs polled.
+    pub cqes: u64,
+    /// Wall time inside `round()` less the policy's hooks, ns.
+    pub loop_ns: f64,
+    /// What the fitted model gives for the same counts, ns.
+    pub fitted_ns: f64,
+}
+
+/// A policy's measured hooks.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PolicySample {
+    /// The policy (`perf` or `wasm:perf`).
+    pub name: &'static str,
+    /// ns per `on_request`.
+    pub request_ns: f64,
+    /// ns per `on_tick` over 1 tenant.
+    pub tick1_ns: f64,
+    /// ns per `on_tick` over 64 tenants.
+    pub tick64_ns: f64,
+}
+
+/// A calibration: the model and what it was fitted to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Calibration {
+    /// The fitted model.
+    pub cost: LoopCost,
+    /// The loads of the loop's fit.
+    pub loads: Vec<LoadSample>,
+    /// The policies' hooks.
+    pub policies: Vec<PolicySample>,
+}
+
+/// The loads of the fit: few and many WQEs per round, one CQE per WQE
+/// (passthrough posts each message whole) and many WQEs per CQE (`perf`
+/// splits 1 MiB into 16 KiB chunks with zero-weight WRs beside a
+/// message-rate tenant).
+fn shapes() -> [(&'static str, &'static str, LoadShape); 4] {
+    let shape = |tenants, qps, depth, msg, sensitive| LoadShape { tenants, qps, depth, msg, sensitive, sq_depth: None };
+    [
+        ("passthrough 1x1 depth 1", "passthrough", shape(1, 1, 1, 16, Sensitive::None)),
+        ("passthrough 8x4 depth 16", "passthrough", shape(8, 4, 16, 65536, Sensitive::None)),
+        ("perf 1x1 depth 2 1MiB", "perf", shape(1, 1, 2, 1 << 20, Sensitive::None)),
+        ("perf 8x4 depth 2 1MiB +M", "perf", shape(8, 4, 2, 1 << 20, Sensitive::Message)),
+    ]
+}
+
+/// Runs one load for `budget` (after a tenth of it as warm-up).
+fn run_load(
+    name: &'static str,
+    policy: &'static str,
+    shape: LoadShape,
+    budget: Duration,
+) -> Result<LoadSample, CalibrateError> {
+    let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
+    let load_err = |source| CalibrateError::Load { name, source };
+    let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;
+    load.dp.set_timed(true);
+    load.drive(Duration::ZERO, budget / 10).map_err(load_err)?;
+    let c0 = load.dp.counters();
+    let s = load.drive(Duration::ZERO, budget).map_err(load_err)?;
+    let c1 = load.dp.counters();
+    let policy_ns = (c1.policy_ns - c0.policy_ns) as f64;
+    Ok(LoadSample {
+        name,
+        rounds: s.rounds,
+        wqes: c1.wqes_posted - c0.wqes_posted,
+        cqes: c1.cqes_polled - c0.cqes_polled,
+        loop_ns: (s.in_round.as_nanos() as f64 - policy_ns).max(0.0),
+        fitted_ns: 0.0,
+    })
+}
+
+/// Least squares of `y ~ a x` over rows of three regressors, with each
+/// coefficient at least 0 (a negative one is fixed at 0 and the rest
+/// refitted).
+fn fit3(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+    let mut free = [true; 3];
+    loop {
+        let idx: Vec<usize> = (0..3).filter(|&k| free[k]).collect();
+        let n = idx.len();
+        // Normal equations over the free columns, rows scaled by 1 / y so
+        // that every load weighs alike (a relative fit).
+        let mut m = vec![vec![0.0; n + 1]; n];
+        for (x, y) in rows {
+            let w = 1.0 / y.max(1.0);
+            for (i, &ki) in idx.iter().enumerate() {
+                for (j, &kj) in idx.iter().enumerate() {
+                    m[i][j] += x[ki] * w * x[kj] * w;
+                }
+                m[i][n] += x[ki] * w * y * w;
+            }
+        }
+        let sol = solve(m);
+        let mut a = [0.0; 3];
+        for (i, &k) in idx.iter().enumerate() {
+            a[k] = sol[i];
+        }
+        match (0..3).find(|&k| free[k] && a[k] < 0.0) {
+            Some(k) => free[k] = false,
+            None => return a,
+        }
+    }
+}
+
+/// Gaussian elimination with partial pivoting of an augmented matrix
+/// (a singular column gives 0).
+fn solve(mut m: Vec<Vec<f64>>) -> Vec<f64> {
+    let n = m.len();
+    for c in 0..n {
+        let p = (c..n).max_by(|&a, &b| m[a][c].abs().total_cmp(&m[b][c].abs())).unwrap_or(c);
+        m.swap(c, p);
+        if m[c][c].abs() < 1e-30 {
+            continue;
+        }
+        let pivot = m[c].clone();
+        for (r, row) in m.iter_mut().enumerate() {
+            if r != c {
+                let f = row[c] / pivot[c];
+                for (x, p) in row.iter_mut().zip(&pivot).skip(c) {
+                    *x -= f * p;
+                }
+            }
+        }
+    }
+    (0..n).map(|i| if m[i][i].abs() < 1e-30 { 0.0 } else { m[i][n] / m[i][i] }).collect()
+}
+
+/// ns per call of `f`: the median of `runs` runs of `n` calls each.
+fn time_calls(runs: usize, n: u32, mut f: impl FnMut(u32)) -> f64 {
+    let mut v: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t0 = Instant::now();
+            for i in 0..n {
+                f(i);
+            }
+            t0.elapsed().as_nanos() as f64 / n as f64
+        })
+        .collect();
+    crate::median(&mut v)
+}
+
+/// Times `policy`'s hooks through the host.
+fn policy_sample(name: &'static str, runs: usize) -> Result<PolicySample, CalibrateError> {
+    let mut host = PolicyHost::load(name).map_err(|e| CalibrateError::Policy { name, why: e.to_string() })?;
+    for t in 0..64 {
+        host.on_tenant(&TenantInfo { tenant: t, qps: 4, weight: 1 });
+    }
+    let (s64, s1) = (tenant_stats(64), tenant_stats(1));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 64];
+    let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
+    let mut now = 0u64;
+    let mut tick = |host: &mut PolicyHost, stats: &[TenantStats], plans: &mut [TenantPlan]| {
+        now += 1_000_000;
+        host.on_tick(now, stats, plans);
+    };
+    // Warm-up: caches, the module's first calls.
+    for _ in 0..50 {
+        tick(&mut host, &s64, &mut plans);
+    }
+    let tick64 = time_calls(runs, 10, |_| tick(&mut host, &s64, &mut plans));
+    let tick1 = time_calls(runs, 10, |_| tick(&mut host, &s1, &mut plans[..1]));
+    let plan = plans[0];
+    let request_ns = time_calls(runs, 1000, |_| {
+        std::hint::black_box(host.on_request(&req, &plan));
+    });
+    Ok(PolicySample { name, request_ns, tick1_ns: tick1, tick64_ns: tick64 })
+}
+
+/// ns to ps, rounded, at least 0.
+fn ps(ns: f64) -> u64 {
+    (ns.max(0.0) * 1000.0).round() as u64
+}
+
+/// The policy's model from its sample: a call costs what `on_request`
+/// costs; a tenant record in a tick, the slope from 1 to 64 tenants; a
+/// tick, what a tick over 1 tenant costs beyond its record.
+fn policy_cost(s: &PolicySample) -> PolicyCost {
+    let per_tenant = ((s.tick64_ns - s.tick1_ns) / 63.0).max(0.0);
+    PolicyCost { call_ps: ps(s.request_ns), tick_ps: ps(s.tick1_ns - per_tenant), tick_tenant_ps: ps(per_tenant) }
+}
+
+/// Measures the model on this machine: each load for `budget`, each
+/// policy hook `runs` times (the median).
+pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, CalibrateError> {
+    let mut loads = Vec::new();
+    for (name, policy, shape) in shapes() {
+        loads.push(run_load(name, policy, shape, budget)?);
+    }
+    let rows: Vec<([f64; 3], f64)> =
+        loads.iter().map(|l| ([l.rounds as f64, l.wqes as f64, l.cqes as f64], l.loop_ns)).collect();
+    let [round, wqe, cqe] = fit3(&rows);
+    for l in &mut loads {
+        l.fitted_ns = round * l.rounds as f64 + wqe * l.wqes as f64 + cqe * l.cqes as f64;
+    }
+    let policies = vec![policy_sample("perf", runs)?, policy_sample("wasm:perf", runs)?];
+    let cost = LoopCost {
+        round_ps: ps(round),
+        wqe_ps: ps(wqe),
+        cqe_ps: ps(cqe),
+        native: policy_cost(&policies[0]),
+        wasm: policy_cost(&policies[1]),
+    };
+    Ok(Calibration { cost, loads, policies })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_recovers_a_known_model_and_keeps_coefficients_non_negative() {
+        let truth = [50.0, 20.0, 70.0];
+        let xs = [[100.0, 100.0, 100.0], [100.0, 4000.0, 4000.0], [100.0, 6400.0, 200.0], [1000.0, 9000.0, 300.0]];
+        let rows: Vec<([f64; 3], f64)> =
+            xs.iter().map(|x| (*x, x.iter().zip(truth).map(|(a, b)| a * b).sum())).collect();
+        let a = fit3(&rows);
+        for (got, want) in a.iter().zip(truth) {
+            assert!((got - want).abs() < 1e-6, "{a:?}");
+        }
+        // A load that costs less than its rounds alone would: no negative figure.
+        let rows = [([1.0, 0.0, 0.0], 100.0), ([1.0, 10.0, 0.0], 50.0), ([0.0, 0.0, 1.0], 10.0)];
+        assert!(fit3(&rows).iter().all(|&c| c >= 0.0), "{:?}", fit3(&rows));
+    }
+
+    #[test]
+    fn a_short_calibration_gives_a_model_with_every_loop_figure_measured() {
+        let c = calibrate(Duration::from_millis(20), 3).expect("calibrates");
+        assert_eq!(c.loads.len(), 4);
+        assert!(c.loads.iter().all(|l| l.rounds > 0 && l.wqes > 0 && l.cqes > 0), "{:?}", c.loads);
+        assert!(c.cost.wqe_ps + c.cost.cqe_ps + c.cost.round_ps > 0, "{:?}", c.cost);
+        assert!(c.cost.wasm.call_ps > 0 && c.cost.native.call_ps > 0, "{:?}", c.cost);
+    }
+}

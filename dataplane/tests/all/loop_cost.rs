@@ -1,0 +1,155 @@
+//! The loop's cost in virtual time (`engine::loop_cost`): a zero cost is
+//! the loop as before, figure for figure; a loop whose work costs more
+//! than the NIC's holds its tenants back, by as much as the cost says.
+
+use crate::common::*;
+use perf_dataplane::engine::{DataplaneCounters, LoopCost};
+use perf_dataplane::perftest::{run_virtual, App, AppError};
+
+/// A bulk tenant: keeps `depth` WRITEs of `len` bytes outstanding on QP 0.
+struct Bulk {
+    h: TenantHandle,
+    mr: Mr,
+    remote: RemoteAddr,
+    len: u32,
+    depth: usize,
+    outstanding: usize,
+    next: u64,
+    done: u64,
+}
+
+impl App for Bulk {
+    fn poll(&mut self) -> Result<bool, AppError> {
+        let mut did = false;
+        while let Some(c) = self.h.poll() {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            self.outstanding -= 1;
+            self.done += 1;
+            did = true;
+        }
+        while self.outstanding < self.depth {
+            self.next += 1;
+            let wr = WorkRequest {
+                wr_id: self.next,
+                qp: 0,
+                op: RequestOp::Write { remote: self.remote },
+                mr: self.mr,
+                offset: 0,
+                len: self.len,
+                posted_ns: 0,
+            };
+            if self.h.post(wr).is_err() {
+                break;
+            }
+            self.outstanding += 1;
+            did = true;
+        }
+        Ok(did)
+    }
+}
+
+/// The loop as it was before the cost model: every poll a round, woken
+/// only at its timers.
+struct Uncharged<'a>(&'a mut Dataplane<SimRnic>);
+
+impl App for Uncharged<'_> {
+    fn poll(&mut self) -> Result<bool, AppError> {
+        Ok(self.0.round()?)
+    }
+
+    fn next_timer_ns(&self) -> Option<u64> {
+        Some(self.0.next_timer_ns())
+    }
+}
+
+/// What a run gave: the tenant's completions, the loop's counters, the
+/// loop's busy time (ps) and the fabric's events.
+struct Outcome {
+    done: u64,
+    counters: DataplaneCounters,
+    busy_ps: u64,
+    events: u64,
+}
+
+/// One bulk tenant under `pol` for `until_ns`, the loop charged by `cost`,
+/// or driven the old way (`None`).
+fn run(pol: Pol, len: u32, cost: Option<LoopCost>, until_ns: u64) -> Outcome {
+    let cfg = DataplaneConfig { loop_cost: cost.unwrap_or(LoopCost::ZERO), ..DataplaneConfig::default() };
+    let mut rig = Rig::new(7, pol, cfg);
+    let t = rig.tenant("bulk", 1, len as usize);
+    let tr = rig.tenants.remove(t);
+    let mut bulk = Bulk { remote: tr.remote(0), h: tr.h, mr: tr.mr, len, depth: 64, outstanding: 0, next: 0, done: 0 };
+    let f = rig.f.clone();
+    match cost {
+        Some(_) => run_virtual(&f, &mut [&mut bulk, &mut rig.dp], until_ns),
+        None => run_virtual(&f, &mut [&mut bulk, &mut Uncharged(&mut rig.dp)], until_ns),
+    }
+    .expect("run");
+    Outcome {
+        done: bulk.done,
+        counters: rig.dp.counters(),
+        busy_ps: rig.dp.loop_busy_ps(f.now_ns()),
+        events: f.events_run(),
+    }
+}
+
+#[test]
+fn a_zero_cost_reproduces_the_uncharged_loop_exactly() {
+    for pol in [Pol::Passthrough, Pol::Perf, Pol::Force(ForceSplit::HEAVY)] {
+        let old = run(pol, 65536, None, 2_000_000);
+        let zero = run(pol, 65536, Some(LoopCost::ZERO), 2_000_000);
+        assert!(old.done > 100, "{:?}: {} completions", pol, old.done);
+        assert_eq!((old.done, old.counters, old.events), (zero.done, zero.counters, zero.events), "{pol:?}");
+        assert_eq!(zero.busy_ps, 0);
+    }
+}
+
+#[test]
+fn a_loop_that_cannot_keep_up_holds_the_tenant_back_by_its_cost() {
+    // 4 KiB WRITEs: the NIC alone completes one every ~0.35 us. Passthrough
+    // posts each as one WQE, so a loop that spends `w` per WQE completes at
+    // most one message per `w` (plus what was in flight at the start).
+    let until_ns = 2_000_000;
+    let free = run(Pol::Passthrough, 4096, Some(LoopCost::ZERO), until_ns);
+    let mut last = free.done;
+    for wqe_us in [1u64, 2, 4] {
+        let cost = LoopCost { wqe_ps: wqe_us * 1_000_000, ..LoopCost::ZERO };
+        let o = run(Pol::Passthrough, 4096, Some(cost), until_ns);
+        let bound = until_ns / (wqe_us * 1000);
+        assert!(o.done <= bound + 64, "{wqe_us} us per WQE: {} completions, at most {bound} + 64", o.done);
+        // The loop is the bottleneck: saturated, it completes nearly that
+        // (less the batch posted last, whose completions come after the end).
+        assert!(
+            (o.done + 64) * 10 >= bound * 9,
+            "{wqe_us} us per WQE: {} completions, at least 0.9 x {bound} - 64",
+            o.done
+        );
+        assert!(o.done < last, "{wqe_us} us per WQE: {} completions, not fewer than {last}", o.done);
+        last = o.done;
+        // Busy nearly all the time, never more than all of it.
+        let util = o.busy_ps as f64 / (until_ns as f64 * 1000.0);
+        assert!((0.9..=1.0).contains(&util), "{wqe_us} us per WQE: utilization {util}");
+    }
+    assert!(free.done > 2 * (until_ns / 1000), "the free loop is NIC-bound: {} completions", free.done);
+}
+
+#[test]
+fn the_policy_and_completion_figures_are_charged_too() {
+    let until_ns = 1_000_000;
+    let free = run(Pol::Perf, 65536, Some(LoopCost::ZERO), until_ns);
+    let cqe = run(Pol::Perf, 65536, Some(LoopCost { cqe_ps: 20_000_000, ..LoopCost::ZERO }), until_ns);
+    assert!(cqe.busy_ps > 0 && cqe.done < free.done / 2, "CQEs at 20 us: {} against {}", cqe.done, free.done);
+    let mut calls = LoopCost::ZERO;
+    calls.native.call_ps = 20_000_000;
+    let o = run(Pol::Perf, 65536, Some(calls), until_ns);
+    assert!(o.busy_ps > 0 && o.done < free.done / 2, "calls at 20 us: {} against {}", o.done, free.done);
+    // Only the native figures apply to a native policy.
+    let mut wasm = LoopCost::ZERO;
+    wasm.wasm.call_ps = 20_000_000;
+    let o = run(Pol::Perf, 65536, Some(wasm), until_ns);
+    assert_eq!((o.done, o.busy_ps), (free.done, 0));
+    // And the wasm figures to a wasm policy.
+    let free = run(Pol::Named("wasm:perf"), 65536, Some(LoopCost::ZERO), until_ns);
+    let o = run(Pol::Named("wasm:perf"), 65536, Some(wasm), until_ns);
+    assert!(o.busy_ps > 0 && o.done < free.done / 2, "wasm calls at 20 us: {} against {}", o.done, free.done);
+}
