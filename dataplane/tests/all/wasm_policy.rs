@@ -7,7 +7,10 @@
 use std::time::{Duration, Instant};
 
 use perf_dataplane::policy::perf::Perf;
-use perf_dataplane::policy::wasm::{embedded, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy};
+use perf_dataplane::policy::wasm::{
+    embedded, CallBudget, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
+    DEFAULT_TICK_FUEL_PER_TENANT,
+};
 use perf_dataplane::policy::PolicyHost;
 use perf_policy_sdk::{Policy, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats};
 
@@ -167,6 +170,7 @@ fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
     for limits in [
         WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(5)), ..WasmLimits::default() },
         WasmLimits { interruption: Interruption::Fuel(10_000_000), ..WasmLimits::default() },
+        WasmLimits::default(),
     ] {
         let mut host = PolicyHost::wasm(looping.load(limits).expect("loads"));
         let s = stats(4, 0);
@@ -191,6 +195,52 @@ fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
         host.on_tick(43_000, &s, &mut plans);
         assert_eq!(host.counters.fallbacks, 1);
     }
+}
+
+/// A loop that spends little fuel per unit of time (a call of the host's
+/// `perf.log` with a 256-byte line per iteration: a few units of fuel, a
+/// few hundred ns in the host) would outlast a fuel budget sized for the
+/// real hooks by far; the wall-clock backstop of the default call budget
+/// stops it (an `Interrupt`, not `OutOfFuel`). (Bulk memory operations
+/// are charged fuel per byte by wasmtime, so they are no such loop.) Not
+/// timed beyond a generous bound.
+#[test]
+fn a_slow_loop_that_spends_little_fuel_is_stopped_by_the_backstop() {
+    let logging = Wat {
+        imports: "(import \"perf\" \"log\" (func $log (param i32 i32)))",
+        on_tick: "(loop $l (call $log (i32.const 0) (i32.const 256)) (br $l)) (i32.const 0)",
+        ..Wat::default()
+    };
+    let mut host = PolicyHost::wasm(logging.load(WasmLimits::default()).expect("loads"));
+    let s = stats(4, 0);
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 4];
+    let t0 = Instant::now();
+    host.on_tick(42_000, &s, &mut plans);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let exit = host.exit_info().expect("an exit reason is recorded");
+    assert_eq!((exit.kind, exit.hook), (FaultKind::Timeout, "on_tick"), "{exit:?}");
+    assert!(exit.message.contains("interrupt"), "stopped by the backstop after {took:?}: {}", exit.message);
+    assert_eq!(host.name(), "passthrough");
+}
+
+/// The fuel a call spent is readable under a bound that counts fuel (for
+/// sizing the budget), and `on_tick` gets more of it per tenant.
+#[test]
+fn the_fuel_of_a_call_is_measured_and_a_tick_gets_more_per_tenant() {
+    let b = CallBudget::default();
+    assert_eq!(b.fuel_for(0), DEFAULT_CALL_FUEL);
+    assert_eq!(b.fuel_for(4096), DEFAULT_CALL_FUEL + 4096 * DEFAULT_TICK_FUEL_PER_TENANT);
+    let mut w = WasmPolicy::from_bytes(perf_wasm(), WasmLimits::default()).expect("loads");
+    let s = stats(64, 0);
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 64];
+    w.on_tick(1_000_000, &s, &mut plans).expect("tick");
+    let spent = w.last_call_fuel().expect("the default bound counts fuel");
+    assert!(spent > 0 && spent < b.fuel_for(64), "{spent}");
+    let epoch = WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(10)), ..WasmLimits::default() };
+    let mut w = WasmPolicy::from_bytes(perf_wasm(), epoch).expect("loads");
+    w.on_tick(1_000_000, &s, &mut plans).expect("tick");
+    assert_eq!(w.last_call_fuel(), None);
 }
 
 #[test]
