@@ -51,8 +51,10 @@ pub const DEFAULT_CALL_FUEL: u64 = 4_000_000;
 /// spends there (2.8 M).
 pub const DEFAULT_TICK_FUEL_PER_TENANT: u64 = 2_000;
 
-/// Default wall-clock backstop of [`CallBudget`].
-pub const DEFAULT_BACKSTOP: Duration = Duration::from_micros(750);
+/// Default wall-clock backstop of [`CallBudget`]: one tick. With the look
+/// a tick later that confirms the call is still running, a call that
+/// spends little fuel is stopped within about 0.5 ms of wall time.
+pub const DEFAULT_BACKSTOP: Duration = Duration::from_micros(250);
 
 /// The wasm stack cap of the engine, in bytes.
 pub const MAX_WASM_STACK: usize = 512 * 1024;
@@ -82,12 +84,14 @@ pub enum Interruption {
 /// per wasm instruction) traps with `OutOfFuel`: a deterministic bound, the same on
 /// every run and machine, which counts only the module's own work (a call
 /// descheduled by the OS is not charged). The backstop bounds code that is
-/// slow without spending fuel (bulk memory operations, cache-missing
-/// loads): a call still running [`CallBudget::backstop`] of wall time
-/// after it started, and found on the CPU for at least half of the next
-/// [`EPOCH_TICK`] (the thread's run time, `/proc/thread-self/schedstat`),
-/// traps with `Interrupt`; a call found descheduled is given another tick,
-/// so that a preempted legitimate call is not taken for a loop. Both traps
+/// slow without spending fuel (work in the host's imports, cache-missing
+/// loads; wasmtime charges bulk memory operations per byte): a call still
+/// running [`CallBudget::backstop`] of wall time after it started is
+/// looked at, and stopped (`Interrupt`) at the first later tick of the
+/// epoch at least half an [`EPOCH_TICK`] after that look, if it still
+/// runs then; so a legitimate call
+/// that the OS descheduled past the backstop, and that finishes in
+/// microseconds once it runs again, is not taken for a loop. Both traps
 /// are [`FaultKind::Timeout`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallBudget {
@@ -96,8 +100,9 @@ pub struct CallBudget {
     /// Extra fuel of an `on_tick` call per tenant it carries (the one hook
     /// whose work grows with the tenants).
     pub tick_fuel_per_tenant: u64,
-    /// Wall time after which a call found running is stopped (rounded up
-    /// to whole [`EPOCH_TICK`]s).
+    /// Wall time after which a running call is looked at (rounded up to
+    /// whole [`EPOCH_TICK`]s); it is stopped about a tick later if it is
+    /// still running then.
     pub backstop: Duration,
 }
 
@@ -306,35 +311,29 @@ struct HostState {
     limits: StoreLimits,
     now_ns: u64,
     log: Vec<String>,
-    /// The thread's run time when the backstop of the current call first
-    /// fired (`None` until then; reset when a call is armed).
-    backstop_mark: Option<u64>,
+    /// When the backstop of the current call first fired (`None` until
+    /// then; reset when a call is armed).
+    backstop_mark: Option<std::time::Instant>,
     /// The fuel the current (or last) call was armed with.
     armed_fuel: u64,
 }
 
-/// The calling thread's time on the CPU so far, in ns (the first field of
-/// `/proc/thread-self/schedstat`); `None` where it cannot be read.
-fn thread_run_ns() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    s.split_whitespace().next()?.parse().ok()
-}
-
 /// The backstop of [`Interruption::Budget`] (see [`CallBudget`]): called
-/// by wasmtime when a call reaches its epoch deadline.
+/// by wasmtime when a call reaches its epoch deadline. The first time in a
+/// call it notes the time and looks again at the next tick; a call still
+/// running at a look at least half a tick after the first has been seen
+/// running across that time, and is stopped. (A legitimate call of a few
+/// microseconds that was descheduled past its deadline finishes long
+/// before a second look.)
 fn backstop(mut cx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> {
-    let Some(run) = thread_run_ns() else { return Ok(wasmtime::UpdateDeadline::Interrupt) };
     let st = cx.data_mut();
     match st.backstop_mark {
-        Some(mark) if run.saturating_sub(mark) >= EPOCH_TICK.as_nanos() as u64 / 2 => {
-            Ok(wasmtime::UpdateDeadline::Interrupt)
-        }
-        _ => {
-            // First firing, or the thread was mostly descheduled over the
-            // last tick: look again after one more tick.
-            st.backstop_mark = Some(run);
+        None => {
+            st.backstop_mark = Some(std::time::Instant::now());
             Ok(wasmtime::UpdateDeadline::Continue(1))
         }
+        Some(mark) if mark.elapsed() >= EPOCH_TICK / 2 => Ok(wasmtime::UpdateDeadline::Interrupt),
+        Some(_) => Ok(wasmtime::UpdateDeadline::Continue(1)),
     }
 }
 
@@ -388,6 +387,38 @@ impl EngineKind {
     }
 }
 
+/// Has the process-wide ticker thread advance `engine`'s epoch every
+/// [`EPOCH_TICK`] (one thread for every engine with epoch deadlines).
+fn ticker(engine: &Engine) -> Result<(), String> {
+    static TICKED: parking_lot::Mutex<Vec<Engine>> = parking_lot::Mutex::new(Vec::new());
+    static THREAD: OnceLock<Result<(), String>> = OnceLock::new();
+    TICKED.lock().push(engine.clone());
+    THREAD
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("perf-wasm-epoch".into())
+                .spawn(|| {
+                    // The epoch counts whole ticks of wall time: a sleep
+                    // that overruns (a loaded machine, timer slack) is
+                    // caught up at the next wake-up, so that a deadline in
+                    // ticks is not stretched.
+                    let (start, tick, mut epoch) = (std::time::Instant::now(), EPOCH_TICK.as_nanos().max(1), 0u128);
+                    loop {
+                        std::thread::sleep(EPOCH_TICK);
+                        let due = start.elapsed().as_nanos() / tick;
+                        let engines = TICKED.lock();
+                        while epoch < due {
+                            engines.iter().for_each(Engine::increment_epoch);
+                            epoch += 1;
+                        }
+                    }
+                })
+                .map(|_| ())
+                .map_err(|e| format!("epoch ticker thread: {e}"))
+        })
+        .clone()
+}
+
 fn engine(kind: EngineKind) -> Result<&'static Engine, LoadError> {
     static EPOCH: OnceLock<Result<Engine, String>> = OnceLock::new();
     static FUEL: OnceLock<Result<Engine, String>> = OnceLock::new();
@@ -405,25 +436,7 @@ fn engine(kind: EngineKind) -> Result<&'static Engine, LoadError> {
         cfg.epoch_interruption(epoch);
         let engine = Engine::new(&cfg).map_err(|e| format!("{e:#}"))?;
         if epoch {
-            let e = engine.clone();
-            std::thread::Builder::new()
-                .name("perf-wasm-epoch".into())
-                .spawn(move || {
-                    // The epoch counts whole ticks of wall time since the
-                    // start: a sleep that overruns (a loaded machine, timer
-                    // slack) is caught up at the next wake-up, so that a
-                    // deadline in ticks is not stretched.
-                    let (start, tick, mut epoch) = (std::time::Instant::now(), EPOCH_TICK.as_nanos().max(1), 0u128);
-                    loop {
-                        std::thread::sleep(EPOCH_TICK);
-                        let due = start.elapsed().as_nanos() / tick;
-                        while epoch < due {
-                            e.increment_epoch();
-                            epoch += 1;
-                        }
-                    }
-                })
-                .map_err(|e| format!("epoch ticker thread: {e}"))?;
+            ticker(&engine)?;
         }
         Ok(engine)
     })
