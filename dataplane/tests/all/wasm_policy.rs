@@ -224,6 +224,36 @@ fn a_slow_loop_that_spends_little_fuel_is_stopped_by_the_backstop() {
     assert_eq!(host.name(), "passthrough");
 }
 
+/// Every built-in policy runs within the default call budget at the most
+/// tenants the ABI allows (4096), with room to spare: its hooks are never
+/// cut off for their own work (fuel is deterministic, so this holds on any
+/// machine). Its ticks over random tenant sets spend at most half of the
+/// budget (4.3x headroom measured by the `policy_round` bench).
+#[test]
+fn built_in_policies_fit_the_default_call_budget_at_4096_tenants() {
+    let n = perf_policy_sdk::abi::MAX_TENANTS;
+    let budget = CallBudget::default();
+    for name in embedded::NAMES {
+        let Some(bytes) = embedded::by_name(name) else { continue };
+        let mut w = WasmPolicy::from_bytes(bytes, WasmLimits::default()).expect("a built-in module loads");
+        for t in 0..n as u32 {
+            w.on_tenant(&TenantInfo { tenant: t, qps: 1 + t % 8, weight: 1 + t % 3 }).expect("on_tenant");
+        }
+        let mut plans = vec![TenantPlan::PASSTHROUGH; n];
+        for round in 0..4 {
+            let s = stats(n, round);
+            w.on_tick(1_000_000 * (round + 1), &s, &mut plans).unwrap_or_else(|f| panic!("{name}: on_tick: {f}"));
+            let spent = w.last_call_fuel().expect("the budget counts fuel");
+            assert!(spent <= budget.fuel_for(n) / 2, "{name}: a tick over {n} tenants spent {spent}");
+            for (i, p) in plans.iter().enumerate().step_by(97) {
+                let req = RequestInfo { tenant: i as u32, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
+                w.on_request(&req, p).unwrap_or_else(|f| panic!("{name}: on_request: {f}"));
+                assert!(w.last_call_fuel().expect("fuel") <= budget.fuel / 2, "{name}");
+            }
+        }
+    }
+}
+
 /// The fuel a call spent is readable under a bound that counts fuel (for
 /// sizing the budget), and `on_tick` gets more of it per tenant.
 #[test]
