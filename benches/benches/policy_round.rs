@@ -6,6 +6,11 @@
 //! alone (`perf_benches::interrupt`): per-call and per-loop-iteration
 //! cost of a trivial module with no bound, an epoch deadline and fuel.
 //! And the cold load time of the module (compile + validate + init).
+//! Then the fuel each hook of every built-in policy spends per call, at 64
+//! and at 4096 tenants (the ABI's most), against the default per-call
+//! budget (`CallBudget`, `docs/hostile-policies.md`), and the rate at
+//! which the looping hostile module (`loop_tick`) burns fuel, which turns
+//! the budget into time.
 //!
 //! `cargo bench -p perf-benches --bench policy_round`; `PERF_BENCH_QUICK=1`
 //! runs 11 runs instead of 201.
@@ -15,7 +20,10 @@ use std::time::{Duration, Instant};
 use perf_benches::interrupt::{Bound, Spinner};
 use perf_benches::results::Recorder;
 use perf_dataplane::policy::perf::Perf;
-use perf_dataplane::policy::wasm::{embedded, Interruption, WasmLimits, WasmPolicy};
+use perf_dataplane::policy::wasm::{
+    adversarial, embedded, CallBudget, Interruption, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
+    DEFAULT_TICK_FUEL_PER_TENANT,
+};
 use perf_policy_sdk::{Policy, RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
 
 /// 64 tenants: a third bandwidth, a third delay-, a third message-sensitive.
@@ -137,10 +145,10 @@ fn main() {
     let iters = 10_000;
     let (calls, spins) = (1_000, 5);
     println!("interruption alone (spin module): per call (spin(0)), per loop iteration (spin({iters}))");
-    let bounds = [Bound::None, Bound::Epoch, Bound::Fuel];
+    let bounds = [Bound::None, Bound::Epoch, Bound::Fuel, Bound::Both];
     let mut spinners: Vec<Spinner> =
         bounds.iter().map(|&b| Spinner::new(b).expect("the spin module compiles")).collect();
-    let (mut calls_ns, mut iters_ns): ([Vec<f64>; 3], [Vec<f64>; 3]) = Default::default();
+    let (mut calls_ns, mut iters_ns): ([Vec<f64>; 4], [Vec<f64>; 4]) = Default::default();
     for _ in 0..runs {
         for (k, sp) in spinners.iter_mut().enumerate() {
             calls_ns[k].push(time(calls, |_| {
@@ -153,8 +161,8 @@ fn main() {
             );
         }
     }
-    let mut per_call = [0.0; 3];
-    let mut per_iter = [0.0; 3];
+    let mut per_call = [0.0; 4];
+    let mut per_iter = [0.0; 4];
     for (k, b) in bounds.into_iter().enumerate() {
         per_call[k] = perf_benches::median(&mut calls_ns[k]);
         per_iter[k] = perf_benches::median(&mut iters_ns[k]);
@@ -162,7 +170,7 @@ fn main() {
         rec.figure(&format!("interrupt/{}/ns_per_call", b.label()), per_call[k], "ns");
         rec.figure(&format!("interrupt/{}/ns_per_iteration", b.label()), per_iter[k], "ns");
     }
-    for (k, b) in [(1, "epoch"), (2, "fuel")] {
+    for (k, b) in [(1, "epoch"), (2, "fuel"), (3, "both")] {
         println!(
             "  {b}: {:.2}x the unbounded call, {:.2}x the unbounded iteration",
             per_call[k] / per_call[0],
@@ -183,5 +191,97 @@ fn main() {
     let load = perf_benches::median(&mut loads);
     println!("load perf.wasm cold (compile + validate + init, {} B): median {load:.2} ms", bytes.len());
     rec.figure("policy/load_cold_ms", load, "ms");
+
+    fuel_per_hook(&mut rec);
     rec.save();
+}
+
+/// The most fuel one call of each hook of every built-in policy spends,
+/// over a few rounds of ticks and requests at 64 and 4096 tenants (after
+/// `on_tenant` for each), against the default budget ([`CallBudget`]:
+/// [`DEFAULT_CALL_FUEL`] per call, [`DEFAULT_TICK_FUEL_PER_TENANT`] more
+/// per tenant of a tick); and the time the default budget lasts a looping
+/// module.
+fn fuel_per_hook(rec: &mut Recorder) {
+    let limits = WasmLimits { interruption: Interruption::Fuel(u64::MAX / 2), ..WasmLimits::default() };
+    let ticks = if perf_benches::quick() { 3 } else { 20 };
+    println!("fuel per call (most over {ticks} ticks and 64 requests per tenant count), default budget {DEFAULT_CALL_FUEL} + {DEFAULT_TICK_FUEL_PER_TENANT} per tenant in on_tick):");
+    println!(
+        "  {:<12} {:>7} {:>10} {:>10} {:>10} {:>10}",
+        "policy", "tenants", "on_tenant", "on_tick", "on_request", "init"
+    );
+    let budget = CallBudget::default();
+    let (mut dearest, mut headroom) = (0u64, f64::INFINITY);
+    for name in embedded::NAMES {
+        let Some(bytes) = embedded::by_name(name) else { continue };
+        for n in [64u32, 4096] {
+            let mut w = WasmPolicy::from_bytes(bytes, limits).expect("a built-in module loads");
+            let init = w.last_call_fuel().unwrap_or(0);
+            let mut most = [0u64; 3];
+            for t in 0..n {
+                w.on_tenant(&TenantInfo { tenant: t, qps: 1 + t % 4, weight: 1 + t % 3 }).expect("on_tenant");
+                most[0] = most[0].max(w.last_call_fuel().unwrap_or(0));
+            }
+            let s = perf_benches::loop_cost::tenant_stats(n);
+            let mut plans = vec![TenantPlan::PASSTHROUGH; s.len()];
+            for k in 0..ticks {
+                w.on_tick(1_000_000 * (k as u64 + 1), &s, &mut plans).expect("on_tick");
+                most[1] = most[1].max(w.last_call_fuel().unwrap_or(0));
+                for r in 0..64u32 {
+                    let tenant = (r * 7 + k) % n;
+                    let req = RequestInfo {
+                        tenant,
+                        qp: r % 4,
+                        len: [16, 4096, 65_536, 1 << 20][(r % 4) as usize],
+                        op: if r % 5 == 0 { RequestOp::Read } else { RequestOp::Write },
+                        depth: 1 + r % 8,
+                    };
+                    w.on_request(&req, &plans[tenant as usize]).expect("on_request");
+                    most[2] = most[2].max(w.last_call_fuel().unwrap_or(0));
+                }
+            }
+            println!("  {name:<12} {n:>7} {:>10} {:>10} {:>10} {init:>10}", most[0], most[1], most[2]);
+            for (hook, v) in ["on_tenant", "on_tick", "on_request"].iter().zip(most) {
+                rec.figure(&format!("fuel/{name}/{hook}_{n}_max"), v as f64, "fuel");
+            }
+            dearest = dearest.max(most.into_iter().max().unwrap_or(0));
+            // The budget each hook gets against what it spent (on_tick's grows with the tenants).
+            let fuel_of = [budget.fuel_for(0), budget.fuel_for(n as usize), budget.fuel_for(0)];
+            for (spent, have) in most.into_iter().zip(fuel_of) {
+                headroom = headroom.min(have as f64 / spent.max(1) as f64);
+            }
+        }
+    }
+    println!("  dearest call: {dearest} fuel; least headroom of any hook: the budget is {headroom:.1}x what it spent");
+    rec.figure("fuel/dearest_hook_call", dearest as f64, "fuel");
+    rec.figure("fuel/least_headroom", headroom, "x");
+
+    // The looping module: time to spend a budget, with no other bound.
+    let path = adversarial::path("loop_tick");
+    let bytes = std::fs::read(&path).expect("the build script writes the adversarial modules");
+    let spend = 1_000_000_000u64;
+    let lim = WasmLimits { interruption: Interruption::Fuel(spend), ..WasmLimits::default() };
+    let mut w = WasmPolicy::from_bytes(&bytes, lim).expect("loop_tick loads");
+    let s = perf_benches::loop_cost::tenant_stats(4);
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 4];
+    let mut rates: Vec<f64> = (0..if perf_benches::quick() { 3 } else { 9 })
+        .map(|_| {
+            let t0 = Instant::now();
+            let r = w.on_tick(0, &s, &mut plans);
+            let ns = t0.elapsed().as_nanos() as f64;
+            assert!(r.is_err(), "loop_tick runs out of fuel");
+            spend as f64 / ns
+        })
+        .collect();
+    let rate = perf_benches::median(&mut rates);
+    let (small_us, big_us) = (
+        budget.fuel_for(0) as f64 / rate / 1e3,
+        budget.fuel_for(perf_policy_sdk::abi::MAX_TENANTS) as f64 / rate / 1e3,
+    );
+    println!(
+        "  loop_tick burns {rate:.2} fuel per ns: the default budget lasts {small_us:.0} us of a loop ({big_us:.0} us in a tick over 4096 tenants)"
+    );
+    rec.figure("fuel/loop_fuel_per_ns", rate, "fuel/ns");
+    rec.figure("fuel/default_budget_loop_us", small_us, "us");
+    rec.figure("fuel/default_budget_loop_4096_us", big_us, "us");
 }

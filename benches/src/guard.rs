@@ -23,6 +23,10 @@ pub struct Guarded {
     /// default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<f64>,
+    /// Reported, never a failure: a figure not yet shown stable enough to
+    /// gate on (its verdict is printed; `bench-guard` does not fail on it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub report_only: bool,
 }
 
 /// The checked-in baseline.
@@ -61,6 +65,8 @@ pub struct Comparison {
     pub tolerance: f64,
     /// The verdict.
     pub verdict: Verdict,
+    /// Whether the figure is only reported ([`Guarded::report_only`]).
+    pub report_only: bool,
 }
 
 impl Comparison {
@@ -84,19 +90,20 @@ pub fn compare(base: &Baseline, fresh: &BTreeMap<String, f64>) -> Vec<Comparison
                 Some(v) if v > g.value * (1.0 + tolerance) || v < g.value / (1.0 + tolerance) => Verdict::Moved,
                 Some(_) => Verdict::Held,
             };
-            Comparison { name: name.clone(), base: g.value, fresh: f, tolerance, verdict }
+            Comparison { name: name.clone(), base: g.value, fresh: f, tolerance, verdict, report_only: g.report_only }
         })
         .collect()
 }
 
 /// A new baseline from the ratios of `records`, keeping the tolerances
-/// `old` set per figure (and its default, `about`).
+/// and report-only marks `old` set per figure (and its default, `about`).
 pub fn rebase(old: Option<&Baseline>, records: &BTreeMap<String, BenchRecord>) -> Baseline {
     let mut figures = BTreeMap::new();
     for rec in records.values() {
         for (name, f) in rec.figures.iter().filter(|(_, f)| f.ratio && f.value.is_finite() && f.value > 0.0) {
-            let tolerance = old.and_then(|b| b.figures.get(name)).and_then(|g| g.tolerance);
-            figures.insert(name.clone(), Guarded { value: f.value, tolerance });
+            let was = old.and_then(|b| b.figures.get(name));
+            let (tolerance, report_only) = (was.and_then(|g| g.tolerance), was.is_some_and(|g| g.report_only));
+            figures.insert(name.clone(), Guarded { value: f.value, tolerance, report_only });
         }
     }
     Baseline {
@@ -137,9 +144,9 @@ mod tests {
 
     fn baseline() -> Baseline {
         let mut figures = BTreeMap::new();
-        figures.insert("a".to_string(), Guarded { value: 2.0, tolerance: None });
-        figures.insert("b".to_string(), Guarded { value: 1.0, tolerance: Some(0.1) });
-        figures.insert("c".to_string(), Guarded { value: 4.0, tolerance: None });
+        figures.insert("a".to_string(), Guarded { value: 2.0, tolerance: None, report_only: false });
+        figures.insert("b".to_string(), Guarded { value: 1.0, tolerance: Some(0.1), report_only: false });
+        figures.insert("c".to_string(), Guarded { value: 4.0, tolerance: None, report_only: false });
         Baseline { about: String::new(), tolerance: 0.5, figures }
     }
 
@@ -174,6 +181,22 @@ mod tests {
     }
 
     #[test]
+    fn report_only_figures_are_compared_and_marked() {
+        let mut base = baseline();
+        base.figures.get_mut("a").expect("a").report_only = true;
+        let c = compare(&base, &fresh(&[("a", 9.0), ("b", 1.0), ("c", 4.0)]));
+        assert_eq!((c[0].verdict.clone(), c[0].report_only), (Verdict::Moved, true));
+        assert!(!c[1].report_only);
+        let text = serde_json::to_string(&base.figures["a"]).expect("json");
+        assert!(text.contains("report_only"), "{text}");
+        assert!(!serde_json::to_string(&base.figures["b"]).expect("json").contains("report_only"));
+        let mut rec = BenchRecord::default();
+        rec.figures.insert("a".into(), Figure { value: 9.0, unit: "x".into(), ratio: true });
+        let records: BTreeMap<String, BenchRecord> = [("x".to_string(), rec)].into_iter().collect();
+        assert!(rebase(Some(&base), &records).figures["a"].report_only, "rebase keeps the mark");
+    }
+
+    #[test]
     fn rebase_takes_ratios_only_and_keeps_tolerances() {
         let mut rec = BenchRecord::default();
         rec.figures.insert("b".into(), Figure { value: 1.2, unit: "x".into(), ratio: true });
@@ -184,8 +207,8 @@ mod tests {
         let new = rebase(Some(&old), &records);
         assert_eq!(new.tolerance, 0.5);
         assert_eq!(new.figures.len(), 2);
-        assert_eq!(new.figures["b"], Guarded { value: 1.2, tolerance: Some(0.1) });
-        assert_eq!(new.figures["d"], Guarded { value: 3.0, tolerance: None });
+        assert_eq!(new.figures["b"], Guarded { value: 1.2, tolerance: Some(0.1), report_only: false });
+        assert_eq!(new.figures["d"], Guarded { value: 3.0, tolerance: None, report_only: false });
         assert_eq!(ratios(&records).len(), 2);
     }
 }

@@ -17,6 +17,8 @@ pub enum Bound {
     Epoch,
     /// Fuel (counted per instruction block).
     Fuel,
+    /// Both, as the host's default call budget (`Interruption::Budget`).
+    Both,
 }
 
 impl Bound {
@@ -26,6 +28,7 @@ impl Bound {
             Bound::None => "none",
             Bound::Epoch => "epoch",
             Bound::Fuel => "fuel",
+            Bound::Both => "both",
         }
     }
 }
@@ -77,6 +80,9 @@ impl Spinner {
             Bound::Fuel => {
                 cfg.consume_fuel(true);
             }
+            Bound::Both => {
+                cfg.consume_fuel(true).epoch_interruption(true);
+            }
         }
         let engine = Engine::new(&cfg)?;
         let module = Module::new(&engine, spin_module())?;
@@ -93,6 +99,10 @@ impl Spinner {
             Bound::None => {}
             Bound::Epoch => self.store.set_epoch_deadline(1 << 20),
             Bound::Fuel => self.store.set_fuel(u64::MAX / 2)?,
+            Bound::Both => {
+                self.store.set_epoch_deadline(1 << 20);
+                self.store.set_fuel(u64::MAX / 2)?;
+            }
         }
         self.spin.call(&mut self.store, n)
     }
@@ -104,7 +114,7 @@ mod tests {
 
     #[test]
     fn spin_runs_under_each_bound() {
-        for b in [Bound::None, Bound::Epoch, Bound::Fuel] {
+        for b in [Bound::None, Bound::Epoch, Bound::Fuel, Bound::Both] {
             let mut s = Spinner::new(b).expect("the hand-assembled module compiles");
             assert_eq!(s.call(1000).expect("call"), 1000, "{b:?}");
             assert_eq!(s.call(0).expect("call"), 0, "{b:?}");

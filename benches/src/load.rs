@@ -168,6 +168,15 @@ impl<R: Rnic> Load<R> {
         done
     }
 
+    /// Plays the tenants once and runs one round: the wall time of the
+    /// round alone.
+    pub fn step(&mut self) -> Result<Duration, RnicError> {
+        self.play_tenants();
+        let t = Instant::now();
+        self.dp.round()?;
+        Ok(t.elapsed())
+    }
+
     /// Plays the tenants and runs the loop for `budget` of wall time (at
     /// least one round), after `warmup` of the same untimed.
     pub fn drive(&mut self, warmup: Duration, budget: Duration) -> Result<DriveSample, RnicError> {

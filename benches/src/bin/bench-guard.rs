@@ -2,7 +2,8 @@
 //! (`target/perf-bench/*.json`) against `benches/baseline.json` and names
 //! every figure that moved beyond its tolerance (exit status 1), or that
 //! the run lacks (exit status 1 unless `--allow-missing`).
-//! `--report-only` prints the comparison and exits 0 whatever moved (for
+//! Figures the baseline marks `report_only` are compared and printed but
+//! never fail the guard. `--report-only` prints the comparison and exits 0 whatever moved (for
 //! noisy quick runs; a missing or unreadable record or baseline still
 //! fails). `--update` rewrites the baseline from the run instead (keeping
 //! the tolerances).
@@ -49,13 +50,15 @@ fn main() -> Result<()> {
     for c in &result {
         let fresh = c.fresh.map_or("-".to_string(), |f| format!("{f:.3}"));
         let change = c.change().map_or("-".to_string(), |x| format!("{x:.2}x"));
-        let what = match c.verdict {
-            Verdict::Held => "ok",
-            Verdict::Moved => {
+        let what = match (&c.verdict, c.report_only) {
+            (Verdict::Held, _) => "ok",
+            (Verdict::Moved, true) => "moved*",
+            (Verdict::Missing, true) => "missing*",
+            (Verdict::Moved, false) => {
                 moved += 1;
                 "MOVED"
             }
-            Verdict::Missing => {
+            (Verdict::Missing, false) => {
                 missing += 1;
                 "MISSING"
             }
@@ -67,7 +70,11 @@ fn main() -> Result<()> {
             c.tolerance * 100.0
         );
     }
-    println!("{} guarded ratios: {moved} moved, {missing} missing", result.len());
+    let reported = result.iter().filter(|c| c.report_only).count();
+    println!(
+        "{} guarded ratios ({reported} of them report-only, marked * when out of tolerance): {moved} moved, {missing} missing",
+        result.len()
+    );
     if !report_only && (moved > 0 || (missing > 0 && !allow_missing)) {
         std::process::exit(1);
     }

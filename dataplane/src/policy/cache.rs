@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use wasmtime::Module;
 
-use super::wasm::{Interruption, LoadError, WasmLimits, WasmPolicy};
+use super::wasm::{LoadError, WasmLimits, WasmPolicy};
 
 /// What a cached module is found by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,7 +68,7 @@ impl ModuleCache {
         let engine = WasmPolicy::engine_for(limits)?;
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        matches!(limits.interruption, Interruption::Fuel(_)).hash(&mut h);
+        WasmPolicy::engine_kind(limits).hash(&mut h);
         Ok(CacheKey { sha256: Sha256::digest(bytes).into(), engine: h.finish() })
     }
 

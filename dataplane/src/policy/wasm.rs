@@ -10,11 +10,15 @@
 //!   lie inside its memory, aligned; its name is UTF-8 of at most
 //!   [`abi::MAX_NAME_LEN`] bytes. Any failure is a [`LoadError`] naming
 //!   what is wrong.
-//! - **Bounds** ([`WasmLimits`]): every call runs under an epoch deadline
-//!   (a process-wide ticker thread advances the engine's epoch every
-//!   [`EPOCH_TICK`]), or, if chosen, a fuel budget; linear memory is
-//!   capped by `StoreLimits` (growing past the cap traps); the wasm stack
-//!   is capped by the engine's `max_wasm_stack`.
+//! - **Bounds** ([`WasmLimits`]): every call runs under a per-call
+//!   budget ([`Interruption::Budget`], the default): fuel, which a loop
+//!   runs out of after a fixed number of wasm instructions, whatever the
+//!   machine's load, and an epoch backstop (a process-wide ticker thread
+//!   advances the engine's epoch every [`EPOCH_TICK`]) for code that is
+//!   slow without spending fuel; or, if chosen, an epoch deadline alone or
+//!   fuel alone. Linear memory is capped by `StoreLimits` (growing past
+//!   the cap traps); the wasm stack is capped by the engine's
+//!   `max_wasm_stack`. `docs/hostile-policies.md` gives the numbers.
 //! - **Faults**: a call that traps, runs out of time, or returns something
 //!   undecodable is a [`Fault`]; the [`PolicyHost`](super::PolicyHost)
 //!   then drops to the built-in `passthrough` and records an
@@ -30,8 +34,27 @@ use wasmtime::{
     TypedFunc, ValType,
 };
 
-/// How often the process-wide ticker advances the epoch of the engine.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// How often the process-wide ticker advances the epoch of an engine with
+/// epoch deadlines (the granularity of [`Interruption::Epoch`] and of the
+/// backstop of [`Interruption::Budget`]).
+pub const EPOCH_TICK: Duration = Duration::from_micros(250);
+
+/// Default fuel per call of [`CallBudget`] (every hook): 30x the dearest
+/// call of the built-in policies at 64 tenants (`justitia`'s `on_tick`,
+/// 134 k), about 0.15 ms of a looping module on the machine it was sized
+/// on (`docs/hostile-policies.md`, "The call budget").
+pub const DEFAULT_CALL_FUEL: u64 = 4_000_000;
+
+/// Default extra fuel of an `on_tick` call per tenant it carries: 3x the
+/// dearest built-in policy's cost per tenant (`justitia`, 665). At 4096
+/// tenants (the ABI's most) a tick gets 12.2 M, 4.3x what `justitia`
+/// spends there (2.8 M).
+pub const DEFAULT_TICK_FUEL_PER_TENANT: u64 = 2_000;
+
+/// Default wall-clock backstop of [`CallBudget`]: one tick. With the look
+/// a tick later that confirms the call is still running, a call that
+/// spends little fuel is stopped within about 0.5 ms of wall time.
+pub const DEFAULT_BACKSTOP: Duration = Duration::from_micros(250);
 
 /// The wasm stack cap of the engine, in bytes.
 pub const MAX_WASM_STACK: usize = 512 * 1024;
@@ -50,6 +73,69 @@ pub enum Interruption {
     /// Fuel: a call is stopped after about this many wasm instructions.
     /// Deterministic, dearer per instruction.
     Fuel(u64),
+    /// Fuel per call (more for a tick over many tenants) and an epoch
+    /// backstop ([`CallBudget`]); the default.
+    Budget(CallBudget),
+}
+
+/// The per-call budget of [`Interruption::Budget`].
+///
+/// A call that spends its fuel ([`CallBudget::fuel_for`]: about one unit
+/// per wasm instruction) traps with `OutOfFuel`: a deterministic bound, the same on
+/// every run and machine, which counts only the module's own work (a call
+/// descheduled by the OS is not charged). The backstop bounds code that is
+/// slow without spending fuel (work in the host's imports, cache-missing
+/// loads; wasmtime charges bulk memory operations per byte): a call still
+/// running [`CallBudget::backstop`] of wall time after it started is
+/// looked at, and stopped (`Interrupt`) at the first later tick of the
+/// epoch at least half an [`EPOCH_TICK`] after that look, if it still
+/// runs then; so a legitimate call
+/// that the OS descheduled past the backstop, and that finishes in
+/// microseconds once it runs again, is not taken for a loop. Both traps
+/// are [`FaultKind::Timeout`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallBudget {
+    /// Fuel per call.
+    pub fuel: u64,
+    /// Extra fuel of an `on_tick` call per tenant it carries (the one hook
+    /// whose work grows with the tenants).
+    pub tick_fuel_per_tenant: u64,
+    /// Wall time after which a running call is looked at (rounded up to
+    /// whole [`EPOCH_TICK`]s); it is stopped about a tick later if it is
+    /// still running then.
+    pub backstop: Duration,
+}
+
+impl Default for CallBudget {
+    /// [`DEFAULT_CALL_FUEL`], [`DEFAULT_TICK_FUEL_PER_TENANT`] and
+    /// [`DEFAULT_BACKSTOP`].
+    fn default() -> Self {
+        CallBudget {
+            fuel: DEFAULT_CALL_FUEL,
+            tick_fuel_per_tenant: DEFAULT_TICK_FUEL_PER_TENANT,
+            backstop: DEFAULT_BACKSTOP,
+        }
+    }
+}
+
+impl CallBudget {
+    /// The fuel of a call that carries `tenants` tenants (`on_tick`; 0 for
+    /// the other hooks).
+    pub fn fuel_for(&self, tenants: usize) -> u64 {
+        self.fuel.saturating_add(self.tick_fuel_per_tenant.saturating_mul(tenants as u64))
+    }
+}
+
+impl Interruption {
+    /// The fuel a call gets (an `on_tick` over many tenants may get more,
+    /// [`CallBudget::fuel_for`]), if this bound counts fuel.
+    pub fn fuel(self) -> Option<u64> {
+        match self {
+            Interruption::Epoch(_) => None,
+            Interruption::Fuel(f) => Some(f),
+            Interruption::Budget(b) => Some(b.fuel),
+        }
+    }
 }
 
 /// The bounds a module runs under.
@@ -65,12 +151,12 @@ pub struct WasmLimits {
 }
 
 impl Default for WasmLimits {
-    /// 50 ms per call by epoch (generous, so that a legitimate call descheduled
-    /// on a loaded machine is not taken for a loop), 16 MiB of memory, 4 MiB
-    /// of module (the repository's policies are 20-30 KB).
+    /// The default [`CallBudget`] per call (a looping call is stopped
+    /// within 1 ms; see `docs/hostile-policies.md`), 16 MiB of memory,
+    /// 4 MiB of module (the repository's policies are 20-340 KB).
     fn default() -> Self {
         WasmLimits {
-            interruption: Interruption::Epoch(Duration::from_millis(50)),
+            interruption: Interruption::Budget(CallBudget::default()),
             max_memory_bytes: 16 << 20,
             max_module_bytes: 4 << 20,
         }
@@ -225,6 +311,30 @@ struct HostState {
     limits: StoreLimits,
     now_ns: u64,
     log: Vec<String>,
+    /// When the backstop of the current call first fired (`None` until
+    /// then; reset when a call is armed).
+    backstop_mark: Option<std::time::Instant>,
+    /// The fuel the current (or last) call was armed with.
+    armed_fuel: u64,
+}
+
+/// The backstop of [`Interruption::Budget`] (see [`CallBudget`]): called
+/// by wasmtime when a call reaches its epoch deadline. The first time in a
+/// call it notes the time and looks again at the next tick; a call still
+/// running at a look at least half a tick after the first has been seen
+/// running across that time, and is stopped. (A legitimate call of a few
+/// microseconds that was descheduled past its deadline finishes long
+/// before a second look.)
+fn backstop(mut cx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> {
+    let st = cx.data_mut();
+    match st.backstop_mark {
+        None => {
+            st.backstop_mark = Some(std::time::Instant::now());
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        }
+        Some(mark) if mark.elapsed() >= EPOCH_TICK / 2 => Ok(wasmtime::UpdateDeadline::Interrupt),
+        Some(_) => Ok(wasmtime::UpdateDeadline::Continue(1)),
+    }
 }
 
 /// `perf_set_param(key_len, value_len) -> i32` (ABI 1.2).
@@ -256,28 +366,77 @@ pub struct WasmPolicy {
     limits: WasmLimits,
 }
 
-fn engine(fuel: bool) -> Result<&'static Engine, LoadError> {
+/// Which instrumentation an engine compiles in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum EngineKind {
+    /// Epoch checks only.
+    Epoch,
+    /// Fuel counting only.
+    Fuel,
+    /// Both (for [`Interruption::Budget`]).
+    Both,
+}
+
+impl EngineKind {
+    fn of(i: Interruption) -> Self {
+        match i {
+            Interruption::Epoch(_) => EngineKind::Epoch,
+            Interruption::Fuel(_) => EngineKind::Fuel,
+            Interruption::Budget(_) => EngineKind::Both,
+        }
+    }
+}
+
+/// Has the process-wide ticker thread advance `engine`'s epoch every
+/// [`EPOCH_TICK`] (one thread for every engine with epoch deadlines).
+fn ticker(engine: &Engine) -> Result<(), String> {
+    static TICKED: parking_lot::Mutex<Vec<Engine>> = parking_lot::Mutex::new(Vec::new());
+    static THREAD: OnceLock<Result<(), String>> = OnceLock::new();
+    TICKED.lock().push(engine.clone());
+    THREAD
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("perf-wasm-epoch".into())
+                .spawn(|| {
+                    // The epoch counts whole ticks of wall time: a sleep
+                    // that overruns (a loaded machine, timer slack) is
+                    // caught up at the next wake-up, so that a deadline in
+                    // ticks is not stretched.
+                    let (start, tick, mut epoch) = (std::time::Instant::now(), EPOCH_TICK.as_nanos().max(1), 0u128);
+                    loop {
+                        std::thread::sleep(EPOCH_TICK);
+                        let due = start.elapsed().as_nanos() / tick;
+                        let engines = TICKED.lock();
+                        while epoch < due {
+                            engines.iter().for_each(Engine::increment_epoch);
+                            epoch += 1;
+                        }
+                    }
+                })
+                .map(|_| ())
+                .map_err(|e| format!("epoch ticker thread: {e}"))
+        })
+        .clone()
+}
+
+fn engine(kind: EngineKind) -> Result<&'static Engine, LoadError> {
     static EPOCH: OnceLock<Result<Engine, String>> = OnceLock::new();
     static FUEL: OnceLock<Result<Engine, String>> = OnceLock::new();
-    let cell = if fuel { &FUEL } else { &EPOCH };
+    static BOTH: OnceLock<Result<Engine, String>> = OnceLock::new();
+    let cell = match kind {
+        EngineKind::Epoch => &EPOCH,
+        EngineKind::Fuel => &FUEL,
+        EngineKind::Both => &BOTH,
+    };
+    let (fuel, epoch) = (kind != EngineKind::Epoch, kind != EngineKind::Fuel);
     cell.get_or_init(|| {
         let mut cfg = Config::new();
         cfg.max_wasm_stack(MAX_WASM_STACK);
-        if fuel {
-            cfg.consume_fuel(true);
-        } else {
-            cfg.epoch_interruption(true);
-        }
+        cfg.consume_fuel(fuel);
+        cfg.epoch_interruption(epoch);
         let engine = Engine::new(&cfg).map_err(|e| format!("{e:#}"))?;
-        if !fuel {
-            let e = engine.clone();
-            std::thread::Builder::new()
-                .name("perf-wasm-epoch".into())
-                .spawn(move || loop {
-                    std::thread::sleep(EPOCH_TICK);
-                    e.increment_epoch();
-                })
-                .map_err(|e| format!("epoch ticker thread: {e}"))?;
+        if epoch {
+            ticker(&engine)?;
         }
         Ok(engine)
     })
@@ -333,7 +492,13 @@ impl WasmPolicy {
 
     /// The engine a module loaded under `limits` runs on.
     pub(crate) fn engine_for(limits: WasmLimits) -> Result<&'static Engine, LoadError> {
-        engine(matches!(limits.interruption, Interruption::Fuel(_)))
+        engine(EngineKind::of(limits.interruption))
+    }
+
+    /// The instrumentation of the engine a module loaded under `limits`
+    /// runs on (part of the module cache's key).
+    pub(crate) fn engine_kind(limits: WasmLimits) -> EngineKind {
+        EngineKind::of(limits.interruption)
     }
 
     /// Checks the size and magic number, compiles, and validates imports and
@@ -392,9 +557,14 @@ impl WasmPolicy {
                 .build(),
             now_ns: 0,
             log: Vec::new(),
+            backstop_mark: None,
+            armed_fuel: 0,
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limits);
+        if let Interruption::Budget(_) = limits.interruption {
+            store.epoch_deadline_callback(backstop);
+        }
         Self::arm(&mut store, limits);
         let instance = linker.instantiate(&mut store, module).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
         let memory = instance
@@ -552,6 +722,11 @@ impl WasmPolicy {
     }
 
     fn arm(store: &mut Store<HostState>, limits: WasmLimits) {
+        Self::arm_for(store, limits, 0)
+    }
+
+    /// Arms the bounds of a call that carries `tenants` tenants.
+    fn arm_for(store: &mut Store<HostState>, limits: WasmLimits, tenants: usize) {
         match limits.interruption {
             Interruption::Epoch(d) => {
                 let tick = EPOCH_TICK.as_nanos().max(1);
@@ -561,8 +736,26 @@ impl WasmPolicy {
             Interruption::Fuel(f) => {
                 // Only fails on an engine without fuel, which a fuel limit never gets.
                 let _ = store.set_fuel(f);
+                store.data_mut().armed_fuel = f;
+            }
+            Interruption::Budget(b) => {
+                let tick = EPOCH_TICK.as_nanos().max(1);
+                store.set_epoch_deadline(b.backstop.as_nanos().div_ceil(tick).max(1) as u64);
+                store.data_mut().backstop_mark = None;
+                // As above: a budget always gets an engine with fuel.
+                let _ = store.set_fuel(b.fuel_for(tenants));
+                store.data_mut().armed_fuel = b.fuel_for(tenants);
             }
         }
+    }
+
+    /// The fuel the last call spent (the last hook called, or the last
+    /// call made while loading), under a bound that counts fuel; `None`
+    /// under [`Interruption::Epoch`]. For sizing [`CallBudget::fuel`].
+    pub fn last_call_fuel(&self) -> Option<u64> {
+        self.limits.interruption.fuel()?;
+        let left = self.store.get_fuel().ok()?;
+        Some(self.store.data().armed_fuel.saturating_sub(left))
     }
 
     fn call0(
@@ -684,7 +877,7 @@ impl WasmPolicy {
             },
             n * abi::PLAN_SIZE,
         )?;
-        Self::arm(&mut self.store, self.limits);
+        Self::arm_for(&mut self.store, self.limits, n);
         let rc = self.hooks.on_tick.call(&mut self.store, (now_ns as i64, n as i32)).map_err(Fault::from_wasm)?;
         if rc != 0 {
             return Err(Fault::new(FaultKind::InvalidDecision, format!("perf_on_tick returned {rc}, not 0")));

@@ -19,7 +19,7 @@ use common::hostile::Want;
 use common::*;
 use perf_dataplane::engine::{DataplaneConfig, SwapOutcome, SwapRecord};
 use perf_dataplane::policy::loader::PolicySpec;
-use perf_dataplane::policy::wasm::{adversarial, FaultKind, Interruption, WasmLimits};
+use perf_dataplane::policy::wasm::{adversarial, CallBudget, FaultKind, Interruption, WasmLimits};
 use perf_dataplane::policy::ExitInfo;
 
 /// The bounds of these tests: 5 ms per call, 4 MiB of memory, 1 MiB of module.
@@ -44,9 +44,14 @@ fn traffic() -> Vec<GenOp> {
 /// Runs the traffic under `perf`, swaps to `spec` at 10 us, and returns the
 /// swap record, the policy running at the end, and its exit records.
 fn swap_in(spec: PolicySpec, cfg: DataplaneConfig) -> (SwapRecord, String, Vec<ExitInfo>) {
+    swap_in_under(spec, cfg, limits())
+}
+
+/// [`swap_in`] with the module under `limits`.
+fn swap_in_under(spec: PolicySpec, cfg: DataplaneConfig, limits: WasmLimits) -> (SwapRecord, String, Vec<ExitInfo>) {
     let ops = traffic();
     let rig = run_case_with(&[2, 2], &ops, 5, Pol::Perf, cfg, 400_000_000, |r| {
-        r.dp.schedule_swap(10_000, spec, limits()).expect("schedule");
+        r.dp.schedule_swap(10_000, spec, limits).expect("schedule");
     })
     .unwrap_or_else(|e| panic!("invariants broken: {e}"));
     let rec = rig.dp.swaps().first().cloned().expect("the swap is recorded");
@@ -79,7 +84,39 @@ fn check(label: &str) {
 
 #[test]
 fn loops_in_every_hook_are_interrupted() {
-    ["loop_init", "loop_tenant", "loop_interval", "loop_request", "loop_tick"].into_iter().for_each(check);
+    ["loop_init", "loop_tenant", "loop_interval", "loop_request", "loop_tick", "log_loop_tick"]
+        .into_iter()
+        .for_each(check);
+}
+
+/// The default per-call budget (issue 16, `CallBudget`): a hook that loops
+/// runs out of its fuel (a trap, `Timeout`), the host records the exit
+/// and falls back to passthrough, and every request still completes once.
+/// With fuel without end, the wall-clock backstop stops the same loop.
+/// Not timed: the bench `call_bound` measures the stall.
+#[test]
+fn the_default_call_budget_cuts_off_loops_and_traffic_goes_on() {
+    let default = hostile::limits(WasmLimits::default().interruption);
+    assert!(matches!(default.interruption, Interruption::Budget(_)), "the default bound is the call budget");
+    let backstop_only = hostile::limits(Interruption::Budget(CallBudget {
+        fuel: u64::MAX / 2,
+        tick_fuel_per_tenant: 0,
+        backstop: Duration::from_millis(1),
+    }));
+    for (label, hook, limits, why) in [
+        ("loop_tick", "on_tick", default, "fuel"),
+        ("loop_request", "on_request", default, "fuel"),
+        ("loop_tick", "on_tick", backstop_only, "interrupt"),
+        // Little fuel per unit of time: the default backstop stops it.
+        ("log_loop_tick", "on_tick", default, "interrupt"),
+    ] {
+        let (rec, running, exits) = swap_in_under(adversarial::path(label).into(), DataplaneConfig::default(), limits);
+        assert_eq!(rec.outcome, SwapOutcome::Accepted, "{label}");
+        assert_eq!(running, "passthrough", "{label}: dropped for the fallback");
+        let e = exits.last().unwrap_or_else(|| panic!("{label}: no exit recorded"));
+        assert_eq!((e.kind, e.hook, e.policy.as_str()), (FaultKind::Timeout, hook, "hostile"), "{label}: {e:?}");
+        assert!(e.message.contains(why), "{label}: stopped by {why}? {}", e.message);
+    }
 }
 
 #[test]

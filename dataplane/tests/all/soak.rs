@@ -34,7 +34,7 @@ use common::*;
 use hdrhistogram::Histogram;
 use perf_dataplane::engine::{DataplaneConfig, PostRefused, SwapOutcome};
 use perf_dataplane::policy::loader::PolicySpec;
-use perf_dataplane::policy::wasm::{FaultKind, Interruption, WasmLimits};
+use perf_dataplane::policy::wasm::{CallBudget, FaultKind, Interruption, WasmLimits, DEFAULT_BACKSTOP};
 use perf_dataplane::policy::ExitInfo;
 use perf_dataplane::rnic::sim::Fault;
 use rand_chacha::ChaCha8Rng;
@@ -182,9 +182,15 @@ impl Module {
 
 /// The bounds of the wasm modules: fuel, so that a looping hook is cut
 /// after the same work on any machine, however loaded (the soak is
-/// deterministic).
+/// deterministic), with the default wall-clock backstop for the loop that
+/// spends little fuel (`log_loop_tick`, cut either way: its outcome is the
+/// same).
 fn limits() -> WasmLimits {
-    hostile::limits(Interruption::Fuel(10_000_000))
+    hostile::limits(Interruption::Budget(CallBudget {
+        fuel: 10_000_000,
+        tick_fuel_per_tenant: 0,
+        backstop: DEFAULT_BACKSTOP,
+    }))
 }
 
 /// A soak's settings.

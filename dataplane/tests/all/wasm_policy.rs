@@ -7,7 +7,10 @@
 use std::time::{Duration, Instant};
 
 use perf_dataplane::policy::perf::Perf;
-use perf_dataplane::policy::wasm::{embedded, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy};
+use perf_dataplane::policy::wasm::{
+    embedded, CallBudget, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
+    DEFAULT_TICK_FUEL_PER_TENANT,
+};
 use perf_dataplane::policy::PolicyHost;
 use perf_policy_sdk::{Policy, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats};
 
@@ -167,6 +170,7 @@ fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
     for limits in [
         WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(5)), ..WasmLimits::default() },
         WasmLimits { interruption: Interruption::Fuel(10_000_000), ..WasmLimits::default() },
+        WasmLimits::default(),
     ] {
         let mut host = PolicyHost::wasm(looping.load(limits).expect("loads"));
         let s = stats(4, 0);
@@ -191,6 +195,82 @@ fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
         host.on_tick(43_000, &s, &mut plans);
         assert_eq!(host.counters.fallbacks, 1);
     }
+}
+
+/// A loop that spends little fuel per unit of time (a call of the host's
+/// `perf.log` with a 256-byte line per iteration: a few units of fuel, a
+/// few hundred ns in the host) would outlast a fuel budget sized for the
+/// real hooks by far; the wall-clock backstop of the default call budget
+/// stops it (an `Interrupt`, not `OutOfFuel`). (Bulk memory operations
+/// are charged fuel per byte by wasmtime, so they are no such loop.) Not
+/// timed beyond a generous bound.
+#[test]
+fn a_slow_loop_that_spends_little_fuel_is_stopped_by_the_backstop() {
+    let logging = Wat {
+        imports: "(import \"perf\" \"log\" (func $log (param i32 i32)))",
+        on_tick: "(loop $l (call $log (i32.const 0) (i32.const 256)) (br $l)) (i32.const 0)",
+        ..Wat::default()
+    };
+    let mut host = PolicyHost::wasm(logging.load(WasmLimits::default()).expect("loads"));
+    let s = stats(4, 0);
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 4];
+    let t0 = Instant::now();
+    host.on_tick(42_000, &s, &mut plans);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let exit = host.exit_info().expect("an exit reason is recorded");
+    assert_eq!((exit.kind, exit.hook), (FaultKind::Timeout, "on_tick"), "{exit:?}");
+    assert!(exit.message.contains("interrupt"), "stopped by the backstop after {took:?}: {}", exit.message);
+    assert_eq!(host.name(), "passthrough");
+}
+
+/// Every built-in policy runs within the default call budget at the most
+/// tenants the ABI allows (4096), with room to spare: its hooks are never
+/// cut off for their own work (fuel is deterministic, so this holds on any
+/// machine). Its ticks over random tenant sets spend at most half of the
+/// budget (4.3x headroom measured by the `policy_round` bench).
+#[test]
+fn built_in_policies_fit_the_default_call_budget_at_4096_tenants() {
+    let n = perf_policy_sdk::abi::MAX_TENANTS;
+    let budget = CallBudget::default();
+    for name in embedded::NAMES {
+        let Some(bytes) = embedded::by_name(name) else { continue };
+        let mut w = WasmPolicy::from_bytes(bytes, WasmLimits::default()).expect("a built-in module loads");
+        for t in 0..n as u32 {
+            w.on_tenant(&TenantInfo { tenant: t, qps: 1 + t % 8, weight: 1 + t % 3 }).expect("on_tenant");
+        }
+        let mut plans = vec![TenantPlan::PASSTHROUGH; n];
+        for round in 0..4 {
+            let s = stats(n, round);
+            w.on_tick(1_000_000 * (round + 1), &s, &mut plans).unwrap_or_else(|f| panic!("{name}: on_tick: {f}"));
+            let spent = w.last_call_fuel().expect("the budget counts fuel");
+            assert!(spent <= budget.fuel_for(n) / 2, "{name}: a tick over {n} tenants spent {spent}");
+            for (i, p) in plans.iter().enumerate().step_by(97) {
+                let req = RequestInfo { tenant: i as u32, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
+                w.on_request(&req, p).unwrap_or_else(|f| panic!("{name}: on_request: {f}"));
+                assert!(w.last_call_fuel().expect("fuel") <= budget.fuel / 2, "{name}");
+            }
+        }
+    }
+}
+
+/// The fuel a call spent is readable under a bound that counts fuel (for
+/// sizing the budget), and `on_tick` gets more of it per tenant.
+#[test]
+fn the_fuel_of_a_call_is_measured_and_a_tick_gets_more_per_tenant() {
+    let b = CallBudget::default();
+    assert_eq!(b.fuel_for(0), DEFAULT_CALL_FUEL);
+    assert_eq!(b.fuel_for(4096), DEFAULT_CALL_FUEL + 4096 * DEFAULT_TICK_FUEL_PER_TENANT);
+    let mut w = WasmPolicy::from_bytes(perf_wasm(), WasmLimits::default()).expect("loads");
+    let s = stats(64, 0);
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 64];
+    w.on_tick(1_000_000, &s, &mut plans).expect("tick");
+    let spent = w.last_call_fuel().expect("the default bound counts fuel");
+    assert!(spent > 0 && spent < b.fuel_for(64), "{spent}");
+    let epoch = WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(10)), ..WasmLimits::default() };
+    let mut w = WasmPolicy::from_bytes(perf_wasm(), epoch).expect("loads");
+    w.on_tick(1_000_000, &s, &mut plans).expect("tick");
+    assert_eq!(w.last_call_fuel(), None);
 }
 
 #[test]

@@ -48,6 +48,12 @@ pub const ZERO_QUANTUM: u32 = 15;
 /// valid plans that pause every other QP forever (starvation).
 pub const STARVE: u32 = 16;
 
+/// Loops forever in `on_tick`, sending a 256-byte line to the host's log
+/// on every turn: the host's work in the call is not charged fuel, so the
+/// loop spends little fuel per unit of time and a fuel budget alone would
+/// let it run for long; the call budget's wall-clock backstop stops it.
+pub const LOG_LOOP_TICK: u32 = 17;
+
 /// The call of [`TRAP_NTH_REQUEST`] that traps.
 pub const NTH: u32 = 100;
 
@@ -73,6 +79,21 @@ fn recurse(n: u64) -> u64 {
         return frame[1];
     }
     recurse(n + 1).wrapping_add(frame[n as usize % 32])
+}
+
+/// Logs a 256-byte line forever.
+#[cfg(target_arch = "wasm32")]
+fn log_forever() -> ! {
+    let line = [b'x'; 256];
+    let line = core::str::from_utf8(&line).unwrap_or("x");
+    loop {
+        perf_policy_sdk::host::log(black_box(line));
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn log_forever() -> ! {
+    panic!("logging through the host is a wasm behaviour")
 }
 
 /// Grows linear memory until the host stops it.
@@ -133,6 +154,7 @@ impl<const B: u32> Policy for Hostile<B> {
     fn on_tick(&mut self, _now_ns: u64, _stats: &[TenantStats], plans: &mut [TenantPlan]) {
         match B {
             LOOP_TICK => spin(),
+            LOG_LOOP_TICK => log_forever(),
             DEEP_RECURSION => {
                 black_box(recurse(black_box(0)));
             }

@@ -101,6 +101,7 @@ pub const ALL: &[Hostile] = &[
     adv("loop_interval", Want::Refused("tick_interval_ns")),
     adv("loop_request", Want::Dropped(FaultKind::Timeout, "on_request")),
     adv("loop_tick", Want::Dropped(FaultKind::Timeout, "on_tick")),
+    adv("log_loop_tick", Want::Dropped(FaultKind::Timeout, "on_tick")),
     adv("deep_recursion", Want::Dropped(FaultKind::Trap, "on_tick")),
     adv("memory_growth", Want::Dropped(FaultKind::Trap, "on_tick")),
     adv("trap_init", Want::Refused("unreachable")),
