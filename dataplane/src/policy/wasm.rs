@@ -311,31 +311,52 @@ struct HostState {
     limits: StoreLimits,
     now_ns: u64,
     log: Vec<String>,
-    /// When the backstop of the current call first fired (`None` until
-    /// then; reset when a call is armed).
-    backstop_mark: Option<std::time::Instant>,
+    /// When the backstop of the current call first fired, and the fuel
+    /// left then (`None` until then; reset when a call is armed).
+    backstop_mark: Option<(std::time::Instant, Option<u64>)>,
     /// The fuel the current (or last) call was armed with.
     armed_fuel: u64,
 }
 
 /// The backstop of [`Interruption::Budget`] (see [`CallBudget`]): called
 /// by wasmtime when a call reaches its epoch deadline. The first time in a
-/// call it notes the time and looks again at the next tick; a call still
-/// running at a look at least half a tick after the first has been seen
-/// running across that time, and is stopped. (A legitimate call of a few
-/// microseconds that was descheduled past its deadline finishes long
-/// before a second look.)
+/// call it notes the time and the fuel left, and looks again at the next
+/// tick. A call still running at a look at least half a tick after the
+/// first has been seen running across that time; it is stopped unless it
+/// spent fuel at the rate of computing code meanwhile
+/// ([`BACKSTOP_FUEL_PER_NS`]): such a call is bounded by its fuel already,
+/// and stopping it would take a long legitimate hook (an `on_tick` over
+/// thousands of tenants on a loaded machine) for a loop. (A legitimate
+/// call of a few microseconds that was descheduled past its deadline
+/// finishes long before a second look.)
 fn backstop(mut cx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<wasmtime::UpdateDeadline> {
+    let fuel = cx.get_fuel().ok();
     let st = cx.data_mut();
     match st.backstop_mark {
         None => {
-            st.backstop_mark = Some(std::time::Instant::now());
+            st.backstop_mark = Some((std::time::Instant::now(), fuel));
             Ok(wasmtime::UpdateDeadline::Continue(1))
         }
-        Some(mark) if mark.elapsed() >= EPOCH_TICK / 2 => Ok(wasmtime::UpdateDeadline::Interrupt),
+        Some((mark, fuel_then)) if mark.elapsed() >= EPOCH_TICK / 2 => {
+            let spent = fuel_then.zip(fuel).map_or(0, |(then, now)| then.saturating_sub(now));
+            let computing = spent as u128 >= mark.elapsed().as_nanos() * BACKSTOP_FUEL_PER_NS as u128;
+            if computing {
+                st.backstop_mark = Some((std::time::Instant::now(), fuel));
+                Ok(wasmtime::UpdateDeadline::Continue(1))
+            } else {
+                Ok(wasmtime::UpdateDeadline::Interrupt)
+            }
+        }
         Some(_) => Ok(wasmtime::UpdateDeadline::Continue(1)),
     }
 }
+
+/// The fuel per ns of wall time below which the backstop takes a running
+/// call for stuck (outside its own code, or in a slow loop through the
+/// host's imports). Wasm code computing spends 23 to 52 fuel per ns on this
+/// machine (`policy_round`'s fuel section); a loop around `perf.log`
+/// spends far less.
+pub const BACKSTOP_FUEL_PER_NS: u64 = 2;
 
 /// `perf_set_param(key_len, value_len) -> i32` (ABI 1.2).
 type SetParam = TypedFunc<(i32, i32), i32>;

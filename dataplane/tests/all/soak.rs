@@ -381,9 +381,14 @@ impl Swaps {
                 assert_eq!(outcome, &SwapOutcome::Accepted, "{ctx}");
                 assert_eq!(running, "passthrough", "{ctx}");
                 let [e] = exits.as_slice() else { panic!("{ctx}: one exit wanted, got {exits:?}") };
-                assert_eq!((e.kind, e.hook), (kind, hook), "{ctx}: {e:?}");
+                // On a loaded machine the call budget's wall-clock backstop
+                // may stop a module before its trap (a deep recursion
+                // descheduled mid-way): contained either way, and
+                // `hostile_policies` checks each module's own kind.
+                let budget_first = kind == FaultKind::Trap && e.kind == FaultKind::Timeout;
+                assert!(e.hook == hook && (e.kind == kind || budget_first), "{ctx}: wanted {kind:?} in {hook}: {e:?}");
                 self.v.dropped += 1;
-                match kind {
+                match e.kind {
                     FaultKind::Timeout => self.v.timeouts += 1,
                     FaultKind::Trap => self.v.traps += 1,
                     FaultKind::InvalidDecision => self.v.invalid += 1,
