@@ -20,8 +20,8 @@ t1=$(date +%s.%N)
 rm -rf target/perf-bench
 cargo bench --workspace --bench '*'
 t2=$(date +%s.%N)
-target/release/bench-report -- --out docs/performance.md --plots docs/plots/performance \
+target/release/bench-report --out docs/performance.md --plots docs/plots/performance \
     --quick-wall-s "$(echo "$t1 - $t0" | bc)" --full-wall-s "$(echo "$t2 - $t1" | bc)"
 # Which guarded ratios moved against benches/baseline.json (on the page
 # too; not a failure here).
-target/release/bench-guard -- --report-only
+target/release/bench-guard --report-only

@@ -125,6 +125,8 @@ pub(super) struct LoopClock {
     pub(super) busy_end_ps: u64,
     /// Work charged so far, ps.
     pub(super) busy_ps: u64,
+    /// The last round's charge, ps (0 after a round that did nothing).
+    pub(super) last_round_ps: u64,
 }
 
 impl<R: Rnic> Dataplane<R> {
@@ -186,8 +188,10 @@ impl<R: Rnic> Dataplane<R> {
             tick_tenants: ticks * self.tenants.iter().filter(|t| !t.removed).count() as u64,
             wasm: self.policy.is_wasm(),
         };
+        self.clock.last_round_ps = 0;
         if did || work.policy_calls > 0 {
             let ps = cost.charge(&work);
+            self.clock.last_round_ps = ps;
             let start_ps = now.saturating_mul(1000);
             self.clock.busy_ps = self.clock.busy_ps.saturating_add(ps);
             self.clock.busy_end_ps = start_ps.saturating_add(ps);

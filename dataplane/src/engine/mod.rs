@@ -334,6 +334,9 @@ pub struct Dataplane<R: Rnic> {
     before: (Vec<TenantPlan>, Vec<Pacing>),
     /// The loop's busy time on the virtual clock ([`loop_cost`]).
     clock: loop_cost::LoopClock,
+    /// What the port's link moves per ns, bytes (fair admission's budget
+    /// grows by what it moves during one of the loop's rounds).
+    link_bytes_per_ns: f64,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -371,7 +374,9 @@ impl<R: Rnic> Dataplane<R> {
         let send_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
         let recv_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
         let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
+        let link_bytes_per_ns = nic.port_info().link_gbps as f64 / 8.0;
         Ok(Dataplane {
+            link_bytes_per_ns,
             nic,
             cfg,
             send_cq,
