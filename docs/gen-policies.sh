@@ -96,7 +96,7 @@ WRITEs, beside `D_single`) the limit is 9 QPs, 11 are active, and
 `M_multi` keeps 2 + (9 - 2 tenants) = 9 of them, so it keeps its message
 rate and the ping-pong stays near its latency without isolation
 (`perf-runner compare runner/scenarios/paper/exp4.toml --policies
-passthrough,perf`: `M_multi` 105.66 Mmsg/s, `D_single` mean 1.82 us, against
+passthrough,perf --loop-cost zero`: `M_multi` 105.66 Mmsg/s, `D_single` mean 1.82 us, against
 105.67 Mmsg/s and 1.90 us under `passthrough`). `max_active_qps=N` fixes
 the cap at N for every tenant, as experiment 5 varies it (1, 2, 4, 8).
 
@@ -269,19 +269,21 @@ cat <<'HDR'
 `slo` to meet a 3 us p99 for D with more B throughput than `perf`'s
 defaults. It meets the target: D's p99 is 2.10 us (half round trip;
 `perf`: 1.46 us). It does not give B measurably more: B completes the
-same number of 1 MB messages in the window under both (97.48 Gb/s in
-`docs/results.md`, 50 ms window; 97.31 Gb/s below, 20 ms); the wire
+same number of 1 MB messages in the window under both (97.44 and 97.43
+Gb/s over the 50 ms window of `perf-runner compare
+runner/scenarios/paper/exp1.toml --policies passthrough,perf,slo
+--loop-cost zero`); the wire
 payload, which counts partly sent messages, is 97.62 Gb/s under `slo`
 against 97.56 Gb/s under `perf` (+0.06 Gb/s). The numbers say why no
-policy can do much better: B gets 97.98 Gb/s alone and 97.81 Gb/s beside
-D with no isolation at all, so `perf` leaves at most 0.5 Gb/s (0.5%) of B
-on the table, three 1 MB messages in 50 ms. In this model a zero-weight
+policy can do much better: B gets 97.86 Gb/s alone and 97.71 Gb/s beside
+D with no isolation at all (same command), so `perf` leaves at most
+0.4 Gb/s (0.4%) of B on the table, about two 1 MB messages in 50 ms. In this model a zero-weight
 WR costs a scheduler turn and a WQE but no wire time, and 16 KB chunks
 already keep the wire full, so PeRF's hand-tuned setting costs the bulk
 tenant almost nothing here. What `slo` buys is the target met with half
 the work: 369,664 zero-weight WRs against `perf`'s 727,920 (24.4 WQEs per
 message against 34.6; `perf-runner run runner/scenarios/paper/exp1.toml
---policy slo`, then `--policy perf`), spent only as far as D's tail
+--policy slo --loop-cost zero`, then `--policy perf`), spent only as far as D's tail
 needs.
 
 The target sweep (experiment 1, 50 ms window, `compare --no-alone`) shows
