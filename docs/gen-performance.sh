@@ -2,8 +2,8 @@
 # Regenerates docs/performance.md and its plots (docs/plots/performance/scale-*.svg,
 # docs/plots/performance/sim-speed.svg): builds the runner (the simulator-speed bench
 # drives the paper's experiments through it), times the CI smoke mode
-# (`PERF_BENCH_QUICK=1 cargo bench -p perf-benches`), then runs every
-# benchmark of benches/ in full (`cargo bench -p perf-benches`, timed too),
+# (`PERF_BENCH_QUICK=1 cargo bench --workspace --bench '*'`), then runs every
+# benchmark of benches/ in full (`cargo bench --workspace --bench '*'`, timed too),
 # which write their figures to target/perf-bench/*.json, and renders the
 # page from those records with `bench-report`. Every number on the page
 # comes from this run.

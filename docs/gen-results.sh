@@ -66,7 +66,12 @@ compared with a free loop (`--loop-cost zero`), with the commands.
 A 1 MB WRITE stream beside a 16 B WRITE ping-pong. Without isolation the
 ping-pong waits behind the stream's NIC turns; `perf` splits the stream
 into 16 KiB sub-requests each followed by zero-weight WRs, so the
-ping-pong's next turn comes after at most one chunk.
+ping-pong's next turn comes after at most one chunk. With the loop's own
+work charged to the clock (the default, the `loop` column), that costs
+`perf` its isolation here: 43 WQEs per message make rounds long enough
+that the ping-pong's requests wait for them (D p99 6.72 us against 1.46
+with a free loop, [loop-cost.md](loop-cost.md)); `fairshare` posts 8 per
+message and keeps D within 1.5x of alone.
 
 HDR
 compare runner/scenarios/paper/exp1.toml
@@ -75,7 +80,10 @@ cat <<'HDR'
 
 16 B WRITEs in post lists of 32 beside the 1 MB stream: the message-rate
 tenant gets one turn per bulk turn without isolation, one per chunk with
-`perf`.
+`perf`. With the loop charged, a 16 B message costs the loop about 121 ns
+(a WQE, a CQE, a policy call), so the message-rate tenant alone gets 8.0
+Mmsg/s, the loop's limit, not the NIC's 12.4: the `alone` row shows the
+loop 98% busy.
 
 HDR
 compare runner/scenarios/paper/exp2.toml
