@@ -11,7 +11,7 @@
 //! ([`runner`]).
 
 // A `GlobalAlloc` implementation is unsafe by definition.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "a GlobalAlloc implementation is unsafe by definition")]
 pub mod alloc;
 pub mod bulk;
 pub mod guard;

@@ -9,9 +9,9 @@
 //! memory: no system call per request. One thread drives a `Client` (the
 //! rings are single-producer, single-consumer).
 
-#[allow(non_camel_case_types)]
+#[allow(non_camel_case_types, reason = "the C API's type names")]
 // The C boundary: the only unsafe code of the crate.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the C API takes raw pointers")]
 pub mod capi;
 
 use std::os::unix::net::UnixStream;

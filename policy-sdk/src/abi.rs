@@ -321,7 +321,7 @@ mod tests {
     }
 
     #[test]
-    #[allow(unsafe_code)] // Reads the bytes back as the value, as the guest does.
+    #[allow(unsafe_code, reason = "reads the bytes back as the value, as the guest does")]
     fn the_encoding_is_the_in_memory_layout() {
         // The guest reads the host's bytes in place: they must be the
         // `#[repr(C)]` value's bytes (this test runs on a little-endian host).

@@ -46,11 +46,11 @@ pub mod abi;
 // The guest ABI's statics, shared with the host through linear memory.
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the guest side of the wasm ABI: exports and linear-memory access")]
 pub mod guest;
 // Calls of the host's imports.
 #[cfg(target_arch = "wasm32")]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "calls of the host's imports")]
 pub mod host;
 
 /// Version of this interface, `(major, minor)`: a major bump breaks
@@ -475,7 +475,7 @@ macro_rules! export_policy {
     ($ty:ty, $init:expr) => {
         // The exports are `#[no_mangle]`, which `unsafe_code` counts as unsafe.
         #[cfg(target_arch = "wasm32")]
-        #[allow(unsafe_code)]
+        #[allow(unsafe_code, reason = "the exports are #[no_mangle], which unsafe_code counts as unsafe")]
         const _: () = {
             use $crate::guest as g;
             static POLICY: g::PolicyCell<$ty> = g::PolicyCell::new();

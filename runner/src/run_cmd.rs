@@ -155,7 +155,10 @@ pub fn bucket_ns(sc: &Scenario) -> u64 {
 
 /// Runs one scenario under one configuration (the plain form other
 /// commands and tests call).
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "the plain entry point the integration tests and benches call; the binary uses run_scenario_with"
+)]
 pub fn run_scenario(sc: &Scenario, policy: &str, hw: &TcScheduler) -> anyhow::Result<Report> {
     run_scenario_with(sc, policy, hw, &RunOptions::default())
 }

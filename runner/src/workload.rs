@@ -508,7 +508,7 @@ impl<N: Rnic> Actor for TenantApp<N> {
 pub enum PeerApp<R: Rnic = SimRnic> {
     /// RDMA WRITE / READ targets need no software; the side is held so its
     /// target buffer and QPs stay registered.
-    Passive(#[allow(dead_code)] Side<R>),
+    Passive(#[allow(dead_code, reason = "held so its buffer and QPs stay registered")] Side<R>),
     /// SEND bandwidth: keeps RECVs posted.
     Receiver(BwServer<R>),
     /// Ping-pong: answers each message.

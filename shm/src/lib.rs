@@ -11,7 +11,7 @@ pub mod proto;
 pub mod region;
 pub mod ring;
 // The shared mapping and fd passing: the only unsafe code of the crate.
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the shared mapping and fd passing")]
 mod sys;
 
 pub use abi::{CompletionEntry, Layout, Opcode, RequestEntry, SegmentStatus, Status};

@@ -1005,7 +1005,7 @@ pub mod adversarial {
     }
 }
 
-#[allow(dead_code)]
+#[allow(dead_code, reason = "a compile-time check that a WasmPolicy can move to the loader thread")]
 fn _assert_send(p: WasmPolicy) -> impl Send {
     p
 }

@@ -21,7 +21,7 @@ enum Source {
 impl World {
     /// Schedules an answer to requester QP `qi` of host `h`, sent by host
     /// `from` (`h` itself when it crosses no wire), `delay` from now.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "the fields of one scheduled answer")]
     fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64, from: usize) {
         let at = self.now + delay;
         self.schedule(at, Event::Answer { host: h, qp: qi, wqe, epoch, answer, from });
@@ -354,7 +354,7 @@ impl World {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "the fields of one receive completion")]
     fn recv_cqe(
         &mut self,
         h: usize,

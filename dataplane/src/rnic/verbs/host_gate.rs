@@ -1214,7 +1214,7 @@ impl<W> HostGate<W> {
     }
 
     /// A device completion of receive WQE `seq` of `qp`.
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "the fields of one device completion")]
     pub fn on_recv_completion(
         &mut self,
         qp: QpHandle,

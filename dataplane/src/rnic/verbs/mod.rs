@@ -23,7 +23,7 @@ pub mod sysfs;
 mod backend;
 // The FFI boundary: the only unsafe code of the dataplane.
 #[cfg(feature = "verbs")]
-#[allow(unsafe_code)]
+#[allow(unsafe_code, reason = "the FFI boundary to libibverbs")]
 mod sys;
 
 #[cfg(feature = "verbs")]

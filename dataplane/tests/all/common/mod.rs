@@ -6,7 +6,7 @@
 //! property tests ([`run_case_with`]), which also compares both hosts' bytes.
 //!
 //! The test binary declares it once (`main.rs`); each area uses what it needs.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code, unused_imports, reason = "helpers and re-exports shared by the test modules, each using some")]
 
 pub mod hostile;
 pub mod wat;

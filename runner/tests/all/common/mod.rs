@@ -3,7 +3,7 @@
 //! `mpps`, `latency_us`, and with `--alone`, `alone` holding the same
 //! tenant run alone under the same policy). Virtual time, seeded by the
 //! scenario: every figure is the same on every machine.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "helpers shared by the test modules, each using some")]
 
 use std::path::PathBuf;
 use std::process::Command;
