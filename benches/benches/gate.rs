@@ -1,4 +1,4 @@
-//! The verbs backend's host gate (`rnic::host_gate`) on the hot path: its
+//! The verbs backend's host gate (`rnic::verbs::host_gate`) on the hot path: its
 //! time per WQE when every send work request goes through it, as on a
 //! ConnectX or rxe device under upstream rdma-core. Each QP keeps its
 //! send queue (2048 deep) full: the gate accepts a post list of 32 WQEs
@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use perf_benches::results::Recorder;
-use perf_dataplane::rnic::host_gate::{GateAction, GateOp, GateQpConfig, GateWr, HostGate, HwWrId};
+use perf_dataplane::rnic::verbs::host_gate::{GateAction, GateOp, GateQpConfig, GateWr, HostGate, HwWrId};
 use perf_dataplane::rnic::{CqHandle, QpHandle, QpState, WcOpcode, WcStatus};
 
 const DEPTH: u32 = 2048;

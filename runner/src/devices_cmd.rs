@@ -6,9 +6,9 @@
 
 use std::fmt::Write as _;
 
-use perf_dataplane::rnic::ibv_abi::format_gid;
-use perf_dataplane::rnic::probe::{self, isolation_features, DeviceProbe, VerbsDeviceReport, VerbsProbe};
-use perf_dataplane::rnic::sysfs::SysfsDevice;
+use perf_dataplane::rnic::verbs::ibv_abi::format_gid;
+use perf_dataplane::rnic::verbs::probe::{self, isolation_features, DeviceProbe, VerbsDeviceReport, VerbsProbe};
+use perf_dataplane::rnic::verbs::sysfs::SysfsDevice;
 
 /// Flags of `devices`.
 #[derive(clap::Args)]
@@ -130,9 +130,9 @@ fn render(p: &DeviceProbe) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use perf_dataplane::rnic::ibv_abi::{parse_gid, GidEntry, GidKind};
-    use perf_dataplane::rnic::probe::VerbsPortReport;
-    use perf_dataplane::rnic::sysfs::SysfsReport;
+    use perf_dataplane::rnic::verbs::ibv_abi::{parse_gid, GidEntry, GidKind};
+    use perf_dataplane::rnic::verbs::probe::VerbsPortReport;
+    use perf_dataplane::rnic::verbs::sysfs::SysfsReport;
     use perf_dataplane::rnic::DeviceCaps;
     use std::path::PathBuf;
 

@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 
 use perf_dataplane::engine::DataplaneConfig;
-use perf_dataplane::rnic::probe::{self, Check, CheckLevel};
+use perf_dataplane::rnic::verbs::probe::{self, Check, CheckLevel};
 
 /// Flags of `doctor`.
 #[derive(clap::Args)]

@@ -9,7 +9,7 @@
 //!   the scenario's peer side (targets, SEND receivers, ping-pong
 //!   reflectors); the other (`--device NAME --peer HOST:PORT`) runs the
 //!   dataplane and the tenants. Both load the same scenario file; they swap
-//!   QP endpoints and buffer keys over TCP ([`perf_dataplane::rnic::oob`]),
+//!   QP endpoints and buffer keys over TCP ([`perf_dataplane::rnic::verbs::oob`]),
 //!   meet at a barrier once every QP is in RTS, and again at the end.
 //!
 //! The run loop spins every app (tenants, the dataplane, local peers) on
@@ -28,9 +28,9 @@ use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig};
 use perf_dataplane::perftest::App;
-use perf_dataplane::rnic::oob::{ConnInfo, OobConn};
 use perf_dataplane::rnic::sizing::fit_queue_depths;
-use perf_dataplane::rnic::verbs_open::{open_verbs_with, GidChoice};
+use perf_dataplane::rnic::verbs::oob::{ConnInfo, OobConn};
+use perf_dataplane::rnic::verbs::open::{open_verbs_with, GidChoice};
 use perf_dataplane::rnic::*;
 
 use crate::driver::NicTimeline;

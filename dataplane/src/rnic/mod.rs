@@ -14,18 +14,11 @@
 
 pub mod connect;
 mod error;
-pub mod host_gate;
 pub mod host_only;
-pub mod ibv_abi;
-pub mod oob;
-pub mod probe;
 pub mod sim;
 pub mod sizing;
-pub mod sysfs;
 mod types;
-#[cfg(feature = "verbs")]
 pub mod verbs;
-pub mod verbs_open;
 
 pub use error::{PostError, RnicError, WcStatus};
 pub use types::*;

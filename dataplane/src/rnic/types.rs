@@ -463,7 +463,7 @@ pub enum CrossChannel {
     /// verbs on ConnectX): a WAIT stops the send queue inside the NIC.
     InNic,
     /// The backend accepts them but executes them on the host
-    /// ([`super::host_gate`]): WQEs are held in host memory and posted when
+    /// ([`super::verbs::host_gate`]): WQEs are held in host memory and posted when
     /// the condition holds (the verbs backend over upstream rdma-core).
     HostGated,
     /// The backend refuses them.

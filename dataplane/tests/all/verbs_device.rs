@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use perf_dataplane::rnic::probe::VerbsDeviceReport;
+use perf_dataplane::rnic::verbs::probe::VerbsDeviceReport;
 use perf_dataplane::rnic::verbs::{list_devices, VerbsRnic};
 use perf_dataplane::rnic::*;
 

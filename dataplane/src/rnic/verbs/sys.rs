@@ -23,10 +23,10 @@ use std::sync::Arc;
 
 use rdma_sys as ffi;
 
-use crate::rnic::ibv_abi::cq_attr::{
+use crate::rnic::verbs::ibv_abi::cq_attr::{
     IGNORE_OVERRUN as IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN, MASK_FLAGS as IBV_CQ_INIT_ATTR_MASK_FLAGS,
 };
-use crate::rnic::ibv_abi::{errno_to_error, GidEntry, GidKind, IbvSendWr, Verb};
+use crate::rnic::verbs::ibv_abi::{errno_to_error, GidEntry, GidKind, IbvSendWr, Verb};
 use crate::rnic::{Gid, QpCaps, RnicError, Sge};
 
 /// The extended context behind `ctx` (`verbs_get_ctx` of
@@ -388,18 +388,18 @@ impl Context {
             return None;
         }
         let kind = ev.event_type;
-        let what = crate::rnic::ibv_abi::async_event_subject(kind);
+        let what = crate::rnic::verbs::ibv_abi::async_event_subject(kind);
         // SAFETY: the union member that `event_type` says is set; the QP
         // and CQ are live until the event is acknowledged (below).
         let subject = unsafe {
             match what {
-                crate::rnic::ibv_abi::AsyncSubject::Qp => {
+                crate::rnic::verbs::ibv_abi::AsyncSubject::Qp => {
                     let qp = ev.element.qp;
                     AsyncElement::Qp(if qp.is_null() { 0 } else { (*qp).qp_num })
                 }
-                crate::rnic::ibv_abi::AsyncSubject::Cq => AsyncElement::Cq(ev.element.cq as usize),
-                crate::rnic::ibv_abi::AsyncSubject::Port => AsyncElement::Port(ev.element.port_num as u32),
-                crate::rnic::ibv_abi::AsyncSubject::Device => AsyncElement::Device,
+                crate::rnic::verbs::ibv_abi::AsyncSubject::Cq => AsyncElement::Cq(ev.element.cq as usize),
+                crate::rnic::verbs::ibv_abi::AsyncSubject::Port => AsyncElement::Port(ev.element.port_num as u32),
+                crate::rnic::verbs::ibv_abi::AsyncSubject::Device => AsyncElement::Device,
             }
         };
         // SAFETY: the event came from ibv_get_async_event and is acked once.

@@ -1,6 +1,6 @@
 //! Opening a real RDMA device by name in any build, for callers (the
 //! runner) that choose the backend at run time: with the `verbs` feature
-//! it opens a [`super::verbs::VerbsRnic`]; without it, it fails with an
+//! it opens a [`super::VerbsRnic`]; without it, it fails with an
 //! error that says what this machine has (the same report as
 //! `perf-runner devices`) and how to rebuild. Either way, never a panic.
 //!
@@ -8,7 +8,7 @@
 //! [`Rnic`]), so the dataplane and the perftest sides run over a device
 //! chosen at run time.
 
-use super::*;
+use crate::rnic::*;
 
 /// How to pick the GID of port 1 (the rest of the device's setup is
 /// automatic): in any build, so that the runner's flags exist in all.
@@ -33,8 +33,8 @@ pub fn open_verbs_with(name: &str, gid: &GidChoice) -> Result<Box<dyn Rnic>, Rni
 
 #[cfg(feature = "verbs")]
 fn open_impl(name: &str, gid: &GidChoice) -> Result<Box<dyn Rnic>, RnicError> {
-    let opts = super::verbs::OpenOptions { port: 1, gid_index: gid.index, prefer_addr: gid.prefer_addr };
-    let nic = super::verbs::VerbsRnic::open_with(name, opts)?;
+    let opts = super::OpenOptions { port: 1, gid_index: gid.index, prefer_addr: gid.prefer_addr };
+    let nic = super::VerbsRnic::open_with(name, opts)?;
     Ok(Box::new(nic))
 }
 

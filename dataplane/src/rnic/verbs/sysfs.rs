@@ -267,7 +267,7 @@ mod tests {
         assert_eq!(idx, vec![0, 1, 2, 10], "numeric order, zero GID skipped");
         assert_eq!(p.gids[1].kind, GidKind::RoceV2);
         assert_eq!(p.netdevs, vec!["eth0".to_string()]);
-        let chosen = crate::rnic::ibv_abi::select_gid(&p.gids, true).map(|g| g.index);
+        let chosen = crate::rnic::verbs::ibv_abi::select_gid(&p.gids, true).map(|g| g.index);
         assert_eq!(chosen, Some(10), "RoCE v2 with an IPv4 address");
     }
 

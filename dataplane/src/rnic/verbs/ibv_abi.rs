@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use smallvec::SmallVec;
 
 use super::host_gate::GateOp;
-use super::{Gid, Payload, QpCaps, QpState, RnicError, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
+use crate::rnic::{Gid, Payload, QpCaps, QpState, RnicError, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 
 /// `enum ibv_wr_opcode` values (the ones RC data WQEs use).
 pub mod wr_opcode {

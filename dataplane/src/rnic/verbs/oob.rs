@@ -22,7 +22,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::{Gid, QpEndpoint};
+use crate::rnic::{Gid, QpEndpoint};
 
 /// First word of the header line.
 pub const MAGIC: &str = "PERF-RS-OOB";

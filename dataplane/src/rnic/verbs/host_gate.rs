@@ -76,7 +76,7 @@
 
 use std::collections::VecDeque;
 
-use super::{CqHandle, QpHandle, QpState, RnicError, Wc, WcOpcode, WcStatus};
+use crate::rnic::{CqHandle, QpHandle, QpState, RnicError, Wc, WcOpcode, WcStatus};
 
 /// Bits of the device `wr_id` that hold the QP handle.
 pub const QP_BITS: u32 = 23;

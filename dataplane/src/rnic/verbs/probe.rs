@@ -4,12 +4,12 @@
 //! and which the host gates on a given device.
 //!
 //! Compiled without the `verbs` feature; with it, [`probe`] also asks
-//! libibverbs through [`super::verbs::list_devices`].
+//! libibverbs through [`super::list_devices`].
 
 use super::ibv_abi::{GidEntry, GidKind};
-use super::sizing::{self, SqModel, MARKER_SLOTS};
 use super::sysfs::{self, SysfsReport};
-use super::{DeviceCaps, DeviceInfo, QpCaps};
+use crate::rnic::sizing::{self, SqModel, MARKER_SLOTS};
+use crate::rnic::{DeviceCaps, DeviceInfo, QpCaps};
 
 /// Where an isolation mechanism runs on a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -183,9 +183,9 @@ pub fn probe() -> DeviceProbe {
 
 #[cfg(feature = "verbs")]
 fn verbs_probe() -> VerbsProbe {
-    match super::verbs::list_devices() {
+    match super::list_devices() {
         Ok(v) => VerbsProbe::Devices(v),
-        Err(super::RnicError::Device(m)) => VerbsProbe::Failed(m),
+        Err(crate::rnic::RnicError::Device(m)) => VerbsProbe::Failed(m),
         Err(e) => VerbsProbe::Failed(e.to_string()),
     }
 }
@@ -580,7 +580,7 @@ mod tests {
     }
 
     fn port(mtu: u32, gids: Vec<GidEntry>) -> VerbsPortReport {
-        let selected_gid = crate::rnic::ibv_abi::select_gid(&gids, true).map(|g| g.index);
+        let selected_gid = crate::rnic::verbs::ibv_abi::select_gid(&gids, true).map(|g| g.index);
         VerbsPortReport {
             num: 1,
             state: "PORT_ACTIVE",
@@ -595,7 +595,7 @@ mod tests {
     }
 
     fn gid(index: u32, text: &str, kind: GidKind) -> GidEntry {
-        GidEntry { index, gid: crate::rnic::ibv_abi::parse_gid(text).expect("gid"), kind }
+        GidEntry { index, gid: crate::rnic::verbs::ibv_abi::parse_gid(text).expect("gid"), kind }
     }
 
     fn device(name: &str, max_qp_wr: u32, max_cqe: u32, ports: Vec<VerbsPortReport>) -> VerbsDeviceReport {
