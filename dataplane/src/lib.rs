@@ -8,6 +8,8 @@
 //! - [`engine`]: the poll-mode dataplane loop (split, zero-weight WRs, QP
 //!   pause/resume through control QPs) and the tenant API.
 //! - [`policy`]: the policy host and the built-in native policies.
+//! - [`rendezvous`]: SEND rendezvous between the dataplanes at the two
+//!   ends of a QP, so a large SEND can be split like a WRITE.
 //! - [`perftest`]: perftest-style traffic generators (`ib_write_bw`,
 //!   `ib_write_lat`) that drive an RNIC directly, with no dataplane or policy
 //!   in between, and the calibration suite built from them.
@@ -15,4 +17,5 @@
 pub mod engine;
 pub mod perftest;
 pub mod policy;
+pub mod rendezvous;
 pub mod rnic;

@@ -56,7 +56,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 3);
+pub const ABI_VERSION: (u16, u16) = (1, 4);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -418,9 +418,13 @@ pub trait Policy {
     fn on_tenant(&mut self, _tenant: &TenantInfo) {}
 
     /// A request arrived; `plan` is the tenant's current plan. Returns how
-    /// to dispatch it. Default: split as the tenant plan says.
+    /// to dispatch it. A plan with a chunk on a SEND (ABI 1.4) moves it by
+    /// rendezvous with the receiver's dataplane where the receiver
+    /// advertised the RECV, and whole otherwise; with ABI 1.3 and before a
+    /// SEND always went whole. Default: split as the tenant plan says, and
+    /// SENDs whole.
     fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
-        if plan.split_threshold > 0 && req.len >= plan.split_threshold {
+        if req.op != RequestOp::Send && plan.split_threshold > 0 && req.len >= plan.split_threshold {
             plan.split
         } else {
             SplitPlan::WHOLE

@@ -24,7 +24,8 @@ use perf_dataplane::engine::OperatorHandle;
 use perf_dataplane::perftest::{App, AppError};
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::WasmLimits;
-use perf_dataplane::rnic::sim::{ClockMode, TcScheduler};
+use perf_dataplane::rendezvous::RendezvousReceiver;
+use perf_dataplane::rnic::sim::{ClockMode, SimRnic, TcScheduler};
 
 use crate::ctl::{swap_line, CtlServer};
 use crate::report::{RealtimeReport, Report};
@@ -74,7 +75,7 @@ fn tenant_thread(mut app: TenantApp, end_ns: u64, abort: Arc<AtomicBool>) -> Res
 }
 
 /// The peers' thread: polls them until `stop`.
-fn peers_thread(mut peers: Vec<PeerApp>, stop: Arc<AtomicBool>) -> Result<(), AppError> {
+fn peers_thread(mut peers: Vec<PeerApp<RendezvousReceiver<SimRnic>>>, stop: Arc<AtomicBool>) -> Result<(), AppError> {
     while !stop.load(Ordering::Relaxed) {
         let mut did = false;
         for p in &mut peers {

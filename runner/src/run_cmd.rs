@@ -12,6 +12,7 @@ use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::WasmLimits;
 use perf_dataplane::policy::PolicyHost;
+use perf_dataplane::rendezvous::RendezvousReceiver;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
 
@@ -173,7 +174,7 @@ pub struct Wired {
     /// The tenants' applications, in scenario order.
     pub tenants: Vec<TenantApp>,
     /// Their peers' applications.
-    pub peers: Vec<PeerApp>,
+    pub peers: Vec<PeerApp<RendezvousReceiver<SimRnic>>>,
     /// The scenario's end, ns of the NIC's clock.
     pub end_ns: u64,
     /// NIC utilization over time, to fill while running.
@@ -256,18 +257,24 @@ pub fn peer_side<P: Rnic>(nic: P, spec: &TenantSpec) -> Result<Side<P>, RnicErro
 }
 
 /// Connects an added tenant's QPs to a peer on `peer_nic` (both ways, to
-/// RTS); returns the peer's app and the tenant's targets, one per QP.
+/// RTS); returns the peer's app and the tenant's targets, one per QP. The
+/// peer runs the receiving end of the dataplane
+/// ([`RendezvousReceiver`]), attached to each QP, so the SENDs a policy
+/// splits can go by rendezvous.
 pub fn connect_local<R: Rnic, P: Rnic>(
     dp: &mut Dataplane<R>,
     spec: &TenantSpec,
     t: &Added,
     peer_nic: P,
-) -> anyhow::Result<(PeerApp<P>, Vec<RemoteAddr>)> {
-    let mut side = peer_side(peer_nic, spec)?;
+) -> anyhow::Result<(PeerApp<RendezvousReceiver<P>>, Vec<RemoteAddr>)> {
+    let mut side = peer_side(RendezvousReceiver::new(peer_nic), spec)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     for ((index, ep), peer_qp) in t.qps.iter().zip(side.qps.clone()) {
         dp.connect_qp(t.handle.id, *index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
         connect::bring_up(&mut side.nic, peer_qp.handle, *ep, access)?;
+        let ring = dp.rendezvous_ring(t.handle.id, *index)?;
+        let records = side.nic.attach(peer_qp.handle, peer_qp.qp_num, ring)?;
+        dp.attach_rendezvous(t.handle.id, *index, records)?;
     }
     let target = side.mr.remote(target_offset(spec));
     let peer = PeerApp::new(spec, side, t.mr.remote(spec.size as usize));

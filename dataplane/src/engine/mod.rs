@@ -33,6 +33,7 @@ mod qp;
 mod ready;
 mod recovery;
 mod removal;
+mod rendezvous;
 mod split;
 mod supervise;
 mod tail;
@@ -148,6 +149,9 @@ pub struct DataplaneCounters {
     pub cq_budget_holds: u64,
     /// Zero-weight WRs posted.
     pub zero_weight_wrs: u64,
+    /// SENDs moved by rendezvous with the peer's dataplane
+    /// ([`crate::rendezvous`]).
+    pub rendezvous_sends: u64,
     /// Post lists (doorbells).
     pub doorbells: u64,
     /// CQEs polled from the shared send and receive CQs.

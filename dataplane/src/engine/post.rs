@@ -136,7 +136,19 @@ impl<R: Rnic> Dataplane<R> {
                 let max_zw = depth.saturating_sub(CTRL_RESERVE + 2);
                 split.zero_weight_per_chunk =
                     handoff::zero_weight_per_chunk(split.zero_weight_per_chunk.min(max_zw), pcq_ops.is_some());
-                self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0 });
+                // Every message that consumes a RECV of the peer's takes the
+                // next one; a SEND the plan splits goes by rendezvous if the
+                // peer's dataplane advertised that RECV (else whole).
+                let consumes_recv = matches!(wr.op, RequestOp::Send | RequestOp::WriteImm { .. });
+                let seq = self.qps[qi].peer_recvs;
+                self.qps[qi].peer_recvs += consumes_recv as u64;
+                let rendezvous = (wr.op == RequestOp::Send && split.chunk_bytes > 0 && wr.len > split.chunk_bytes)
+                    .then(|| self.rendezvous_target(qi, seq, wr.len))
+                    .flatten();
+                if rendezvous.is_some() {
+                    self.counters.rendezvous_sends += 1;
+                }
+                self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0, rendezvous });
             }
             let q = &mut self.qps[qi];
             let Some(cur) = q.cursor.as_mut() else { break };
@@ -152,7 +164,7 @@ impl<R: Rnic> Dataplane<R> {
                 Some(done) => {
                     chunks += 1;
                     room -= (specs.len() - before) as u32;
-                    let bytes = specs.get(before).and_then(|s| s.sge).map_or(0, |g| g.length as u64);
+                    let bytes: u64 = specs[before..].iter().filter_map(|s| s.sge).map(|g| g.length as u64).sum();
                     self.tenants[t].bucket.take(bytes);
                     if let Some(c) = specs.get(before).map(|s| s.charge) {
                         self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
@@ -208,7 +220,8 @@ impl<R: Rnic> Dataplane<R> {
         for s in specs.iter().filter(|s| s.inline) {
             let Some(sge) = s.sge else { continue };
             let mut bytes = vec![0u8; sge.length as usize];
-            if let Some(mr) = self.tenants[t].mrs.iter().find(|m| m.lkey == sge.lkey) {
+            let ring = q.rendezvous.map(|r| r.ring);
+            if let Some(mr) = self.tenants[t].mrs.iter().chain(ring.iter()).find(|m| m.lkey == sge.lkey) {
                 self.nic.read_mr(mr.handle, (sge.addr - mr.addr) as usize, &mut bytes)?;
             }
             inline.push(bytes);

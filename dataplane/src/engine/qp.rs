@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 
 use perf_policy_sdk::SplitPlan;
 
+use super::rendezvous::{QpRendezvous, RendezvousTarget};
 use super::tenant::{Completion, WorkRequest};
 use crate::rnic::{QpHandle, WcStatus};
 
@@ -15,6 +16,9 @@ pub(crate) struct Cursor {
     pub wr: WorkRequest,
     pub plan: SplitPlan,
     pub offset: u64,
+    /// A SEND moved by rendezvous: its bytes after the first chunk go as
+    /// WRITEs, then the record and the first chunk as the SEND.
+    pub rendezvous: Option<RendezvousTarget>,
 }
 
 /// What a posted WQE means to the dataplane.
@@ -65,6 +69,11 @@ pub(crate) struct DpQp {
     /// RECVs posted, in order.
     pub recvs: VecDeque<WorkRequest>,
     pub next_recv_seq: u64,
+    /// RECVs of the peer its messages consume (SEND, WRITE_WITH_IMM), in
+    /// the order they were started.
+    pub peer_recvs: u64,
+    /// SEND rendezvous with the peer's dataplane, once set up.
+    pub rendezvous: Option<QpRendezvous>,
     /// In the tenant's active set (allowed to post).
     pub active: bool,
     pub active_since_ns: u64,
@@ -109,6 +118,8 @@ impl DpQp {
             since_signal: 0,
             recvs: VecDeque::new(),
             next_recv_seq: 0,
+            peer_recvs: 0,
+            rendezvous: None,
             active: false,
             active_since_ns: 0,
             active_requests: 0,

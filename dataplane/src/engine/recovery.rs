@@ -178,8 +178,12 @@ impl<R: Rnic> Dataplane<R> {
         q.next_seq = old.next_seq;
         q.next_recv_seq = old.next_recv_seq;
         q.traffic_class = old.traffic_class;
-        // The old QP may hold a retired CQ: destroy both once possible.
+        // The old QP may hold a retired CQ: destroy both once possible. Its
+        // rendezvous ring goes with it (the new QP's peer is new too).
         let _ = self.nic.destroy_qp(old.nic_qp);
+        if let Some(r) = old.rendezvous {
+            let _ = self.nic.dereg_mr(r.ring.handle);
+        }
         let nic = &mut self.nic;
         self.retired_cqs.retain(|&cq| nic.destroy_cq(cq).is_err());
         Ok(ep)

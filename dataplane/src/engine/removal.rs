@@ -91,6 +91,11 @@ impl<R: Rnic> Dataplane<R> {
             if let Err(e) = self.nic.destroy_qp(q.nic_qp) {
                 first_error.get_or_insert(e);
             }
+            if let Some(r) = q.rendezvous.take() {
+                if let Err(e) = self.nic.dereg_mr(r.ring.handle) {
+                    first_error.get_or_insert(e);
+                }
+            }
             self.free_qps.push(qi);
         }
         for mr in mrs {

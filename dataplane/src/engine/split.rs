@@ -1,6 +1,7 @@
 //! Turning application messages into WQEs: sub-requests (chunks) of the
 //! planned size where the operation allows it (WRITE, WRITE_WITH_IMM,
-//! READ; a SEND consumes one RECV and stays whole), zero-weight WRs after
+//! READ; a SEND consumes one RECV and stays whole unless the receiver's
+//! dataplane advertised it for rendezvous), zero-weight WRs after
 //! each chunk, and signaling so that only the last chunk carries the
 //! application's completion while send-queue slots are still reclaimed.
 
@@ -50,6 +51,9 @@ pub(crate) fn emit_chunk(
     since_signal: &mut u32,
     out: &mut Vec<WqeSpec>,
 ) -> Option<bool> {
+    if cur.rendezvous.is_some() {
+        return emit_rendezvous(cur, room, zw_cq, signal_every, since_signal, out);
+    }
     let len = cur.wr.len as u64;
     let chunk = if cur.plan.chunk_bytes > 0 && splittable(&cur.wr.op) { cur.plan.chunk_bytes as u64 } else { len };
     let this = chunk.min(len - cur.offset);
@@ -78,6 +82,79 @@ pub(crate) fn emit_chunk(
     let charge = WindowCharge::data(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
     out.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
     *since_signal = if signaled { 0 } else { *since_signal + 1 };
+    push_zero_weight(zw, zw_cq, since_signal, out);
+    cur.offset += this;
+    Some(last)
+}
+
+/// [`emit_chunk`] for a SEND moved by rendezvous (`crate::rendezvous`):
+/// `cur.offset` runs over the bytes after the first chunk, each chunk a
+/// WRITE into the RECV's buffer; then the record (inline WRITE) and the
+/// first chunk as the SEND, which carries the application's completion.
+/// The step's window charge rides on its first WQE.
+fn emit_rendezvous(
+    cur: &mut Cursor,
+    room: u32,
+    zw_cq: CqHandle,
+    signal_every: u32,
+    since_signal: &mut u32,
+    out: &mut Vec<WqeSpec>,
+) -> Option<bool> {
+    let rv = cur.rendezvous?;
+    let len = cur.wr.len as u64;
+    let chunk = (cur.plan.chunk_bytes as u64).clamp(1, len);
+    let zw = cur.plan.zero_weight_per_chunk;
+    if cur.offset == 0 {
+        cur.offset = chunk;
+    }
+    if cur.offset < len {
+        if room < 1 + zw {
+            return None;
+        }
+        let this = chunk.min(len - cur.offset);
+        let signaled = *since_signal + 1 + zw >= signal_every;
+        out.push(WqeSpec {
+            opcode: WrOpcode::Write { remote: offset_remote(rv.buffer, cur.offset) },
+            sge: Some(cur.wr.mr.sge((cur.wr.offset + cur.offset) as usize, this as u32)),
+            inline: false,
+            signaled,
+            meta: Meta::Hidden,
+            charge: WindowCharge::data(this as u32, false),
+        });
+        *since_signal = if signaled { 0 } else { *since_signal + 1 };
+        push_zero_weight(zw, zw_cq, since_signal, out);
+        cur.offset += this;
+        return Some(false);
+    }
+    if room < 2 + zw {
+        return None;
+    }
+    let record_len = rv.stage.length;
+    out.push(WqeSpec {
+        opcode: WrOpcode::Write { remote: rv.record },
+        sge: Some(rv.stage),
+        inline: true,
+        signaled: false,
+        meta: Meta::Hidden,
+        charge: WindowCharge::data(chunk as u32 + record_len, false),
+    });
+    out.push(WqeSpec {
+        opcode: WrOpcode::Send,
+        sge: Some(cur.wr.mr.sge(cur.wr.offset as usize, chunk as u32)),
+        inline: false,
+        signaled: true,
+        meta: Meta::App { wr_id: cur.wr.wr_id, len: cur.wr.len, posted_ns: cur.wr.posted_ns },
+        charge: WindowCharge::default(),
+    });
+    *since_signal = 0;
+    push_zero_weight(zw, zw_cq, since_signal, out);
+    cur.rendezvous = None;
+    cur.offset = len;
+    Some(true)
+}
+
+/// `zw` zero-weight WRs.
+fn push_zero_weight(zw: u32, zw_cq: CqHandle, since_signal: &mut u32, out: &mut Vec<WqeSpec>) {
     for _ in 0..zw {
         out.push(WqeSpec {
             opcode: zero_weight(zw_cq),
@@ -89,6 +166,4 @@ pub(crate) fn emit_chunk(
         });
         *since_signal += 1;
     }
-    cur.offset += this;
-    Some(last)
 }

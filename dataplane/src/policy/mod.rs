@@ -25,7 +25,7 @@ pub mod registry;
 pub mod wasm;
 
 use perf_policy_sdk::{
-    Pacing, ParamError, Policy, Rejection, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats,
+    Pacing, ParamError, Policy, Rejection, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats,
 };
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
@@ -382,6 +382,10 @@ impl PolicyHost {
                 }
             },
         };
+        // Before ABI 1.4 a split plan on a SEND meant nothing: keep it so.
+        if req.op == RequestOp::Send && self.wasm_abi_version().is_some_and(|v| v < (1, 4)) {
+            return SplitPlan::WHOLE;
+        }
         match s.validate() {
             Ok(()) => s,
             Err(_) => {

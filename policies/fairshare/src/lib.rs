@@ -31,8 +31,11 @@
 //!   for at most about a chunk of each QP in the NIC. A READ is split into
 //!   chunks without zero-weight WRs (its request carries no payload; the
 //!   responder sends each chunk's response in a turn of its own). A SEND
-//!   consumes one RECV and stays whole (the receiver's RECV would have to
-//!   be split too), with a zero-weight WR after it.
+//!   consumes one RECV: one larger than a chunk is split too where the
+//!   receiver's dataplane advertised its RECV (SEND rendezvous: the bytes
+//!   after the first chunk go as WRITE chunks into the RECV's buffer, the
+//!   first chunk as the SEND), and goes whole otherwise, with a zero-weight
+//!   WR after each piece.
 //!
 //! Work conservation follows from the budget covering the pipeline: a
 //! tenant alone gets all of it, and tenants without work hold none.
@@ -167,11 +170,14 @@ impl Policy for FairShare {
                 SplitPlan { chunk_bytes: self.params.read_chunk_bytes, zero_weight_per_chunk: 0 }
             }
             RequestOp::Read => SplitPlan::WHOLE,
-            // A SEND consumes one RECV: it stays whole, and its QP's turn
-            // ends after it.
+            // A SEND larger than a chunk is split like a WRITE where the
+            // receiver's dataplane advertised its RECV (rendezvous, ABI
+            // 1.4), and goes whole otherwise; either way its QP's turn
+            // ends after each piece.
             RequestOp::Send => {
                 self.since_zero_weight[Self::qp_slot(req)] = 0;
-                SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: self.params.zero_weight }
+                let chunk_bytes = if req.len > chunk as u64 { chunk } else { 0 };
+                SplitPlan { chunk_bytes, zero_weight_per_chunk: self.params.zero_weight }
             }
             _ if req.len > chunk as u64 => {
                 self.since_zero_weight[Self::qp_slot(req)] = 0;
@@ -307,9 +313,12 @@ mod tests {
         // A READ's chunks need no zero-weight WR (the request carries no payload).
         let read = p.on_request(&req(0, 1 << 20, RequestOp::Read), &plan);
         assert_eq!(read, SplitPlan { chunk_bytes: p.params.read_chunk_bytes, zero_weight_per_chunk: 0 });
-        // A SEND stays whole and ends its QP's turn.
+        // A large SEND is split (by rendezvous, where the receiver allows);
+        // one of at most a chunk stays whole; both end their QP's turn.
         let send = p.on_request(&req(0, 1 << 20, RequestOp::Send), &plan);
-        assert_eq!(send, SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: 1 });
+        assert_eq!(send, SplitPlan { chunk_bytes: p.params.chunk_bytes, zero_weight_per_chunk: 1 });
+        let small = p.on_request(&req(0, p.params.chunk_bytes as u64, RequestOp::Send), &plan);
+        assert_eq!(small, SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: 1 });
     }
 
     #[test]
