@@ -137,18 +137,29 @@ impl<R: Rnic> Dataplane<R> {
                 split.zero_weight_per_chunk =
                     handoff::zero_weight_per_chunk(split.zero_weight_per_chunk.min(max_zw), pcq_ops.is_some());
                 // Every message that consumes a RECV of the peer's takes the
-                // next one; a SEND the plan splits goes by rendezvous if the
-                // peer's dataplane advertised that RECV (else whole).
+                // next one. Split, such a message needs the receiving end
+                // of the dataplane (`crate::rendezvous`): a record of its
+                // whole length for the RECV's completion, and for a SEND
+                // the RECV's buffer, advertised. Without them it goes whole.
                 let consumes_recv = matches!(wr.op, RequestOp::Send | RequestOp::WriteImm { .. });
                 let seq = self.qps[qi].peer_recvs;
                 self.qps[qi].peer_recvs += consumes_recv as u64;
-                let rendezvous = (wr.op == RequestOp::Send && split.chunk_bytes > 0 && wr.len > split.chunk_bytes)
-                    .then(|| self.rendezvous_target(qi, seq, wr.len))
-                    .flatten();
+                let (mut rendezvous, mut record) = (None, None);
+                if consumes_recv && split.chunk_bytes > 0 && wr.len > split.chunk_bytes {
+                    let send = wr.op == RequestOp::Send;
+                    rendezvous = send.then(|| self.advertised_recv(qi, seq, wr.len)).flatten();
+                    if !send || rendezvous.is_some() {
+                        record = self.stage_record(qi, seq, wr.len);
+                    }
+                    if record.is_none() {
+                        rendezvous = None;
+                        split.chunk_bytes = 0;
+                    }
+                }
                 if rendezvous.is_some() {
                     self.counters.rendezvous_sends += 1;
                 }
-                self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0, rendezvous });
+                self.qps[qi].cursor = Some(Cursor { wr, plan: split, offset: 0, rendezvous, record });
             }
             let q = &mut self.qps[qi];
             let Some(cur) = q.cursor.as_mut() else { break };

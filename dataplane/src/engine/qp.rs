@@ -7,18 +7,22 @@ use std::collections::VecDeque;
 
 use perf_policy_sdk::SplitPlan;
 
-use super::rendezvous::{QpRendezvous, RendezvousTarget};
+use super::rendezvous::{QpRendezvous, RecordWrite};
 use super::tenant::{Completion, WorkRequest};
-use crate::rnic::{QpHandle, WcStatus};
+use crate::rnic::{QpHandle, RemoteAddr, WcStatus};
 
 /// The message being posted: the next byte to dispatch.
 pub(crate) struct Cursor {
     pub wr: WorkRequest,
     pub plan: SplitPlan,
     pub offset: u64,
-    /// A SEND moved by rendezvous: its bytes after the first chunk go as
-    /// WRITEs, then the record and the first chunk as the SEND.
-    pub rendezvous: Option<RendezvousTarget>,
+    /// A SEND moved by rendezvous: the RECV's buffer, where its bytes
+    /// after the first chunk go as WRITEs before the first chunk goes as
+    /// the SEND.
+    pub rendezvous: Option<RemoteAddr>,
+    /// A split message that consumes a RECV: its whole length, written to
+    /// the receiver just before its last WQE.
+    pub record: Option<RecordWrite>,
 }
 
 /// What a posted WQE means to the dataplane.

@@ -1,7 +1,9 @@
 //! The sending end of SEND rendezvous (the protocol: [`crate::rendezvous`]):
 //! per QP, the descriptor ring the receiving end writes and the staging of
-//! the records this end writes back; the lookup that turns a SEND into
-//! WRITE chunks plus its first chunk as the SEND.
+//! the records this end writes back; the lookup that lets a SEND go as
+//! WRITE chunks plus its first chunk as the SEND, and the record that lets
+//! any message consuming a RECV (SEND, WRITE_WITH_IMM) be split with its
+//! whole length reported at the receiver.
 
 use super::*;
 use crate::rendezvous::{slot_offset, Descriptor, Record, DESCRIPTOR_BYTES, RECORD_BYTES, SLOTS};
@@ -15,12 +17,11 @@ pub(crate) struct QpRendezvous {
     pub records: Option<RemoteAddr>,
 }
 
-/// Where a SEND moved by rendezvous goes: the RECV's buffer, the record's
-/// slot at the receiver, and the record's bytes staged for an inline WRITE.
+/// A record to WRITE (inline, from its staging) to the receiver's record
+/// ring just before the WQE that consumes the RECV it names.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RendezvousTarget {
-    pub buffer: RemoteAddr,
-    pub record: RemoteAddr,
+pub(crate) struct RecordWrite {
+    pub remote: RemoteAddr,
     pub stage: Sge,
 }
 
@@ -60,20 +61,25 @@ impl<R: Rnic> Dataplane<R> {
         self.tenant_mut(t)?.qps.get(index as usize).copied().ok_or(RnicError::InvalidArgument(format!("no QP {index}")))
     }
 
-    /// For a SEND of `len` bytes on QP `qi` that consumes the peer's RECV
-    /// `seq`: where it goes by rendezvous, if the receiver advertised that
-    /// RECV with room for it; stages the record.
-    pub(super) fn rendezvous_target(&mut self, qi: usize, seq: u64, len: u32) -> Option<RendezvousTarget> {
+    /// The buffer of the peer's RECV `seq` on QP `qi`, if the receiving
+    /// end advertised it with room for `len` bytes.
+    pub(super) fn advertised_recv(&self, qi: usize, seq: u64, len: u32) -> Option<RemoteAddr> {
         let r = self.qps[qi].rendezvous?;
-        let record = r.records?;
+        r.records?;
         let mut b = [0u8; DESCRIPTOR_BYTES];
         self.nic.read_mr(r.ring.handle, slot_offset(seq, DESCRIPTOR_BYTES), &mut b).ok()?;
-        let d = Descriptor::decode(&b, seq).filter(|d| d.len >= len)?;
+        Descriptor::decode(&b, seq).filter(|d| d.len >= len).map(|d| d.buffer)
+    }
+
+    /// Stages the record of a message of `len` bytes that consumes the
+    /// peer's RECV `seq` on QP `qi`, if a receiving end is attached.
+    pub(super) fn stage_record(&mut self, qi: usize, seq: u64, len: u32) -> Option<RecordWrite> {
+        let r = self.qps[qi].rendezvous?;
+        let records = r.records?;
         let stage_at = SLOTS as usize * DESCRIPTOR_BYTES + slot_offset(seq, RECORD_BYTES);
         self.nic.write_mr(r.ring.handle, stage_at, &Record { seq, len }.encode()).ok()?;
-        Some(RendezvousTarget {
-            buffer: d.buffer,
-            record: RemoteAddr { addr: record.addr + slot_offset(seq, RECORD_BYTES) as u64, rkey: record.rkey },
+        Some(RecordWrite {
+            remote: RemoteAddr { addr: records.addr + slot_offset(seq, RECORD_BYTES) as u64, rkey: records.rkey },
             stage: r.ring.sge(stage_at, RECORD_BYTES as u32),
         })
     }

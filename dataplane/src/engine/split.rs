@@ -6,6 +6,7 @@
 //! application's completion while send-queue slots are still reclaimed.
 
 use super::qp::{Cursor, Meta, WindowCharge};
+use super::rendezvous::RecordWrite;
 use super::tenant::RequestOp;
 use crate::rnic::{CqHandle, RemoteAddr, Sge, WrOpcode};
 
@@ -59,7 +60,8 @@ pub(crate) fn emit_chunk(
     let this = chunk.min(len - cur.offset);
     let last = cur.offset + this >= len;
     let zw = cur.plan.zero_weight_per_chunk;
-    if room < 1 + zw {
+    let record = cur.record.filter(|_| last);
+    if room < 1 + zw + record.is_some() as u32 {
         return None;
     }
     let at = cur.offset;
@@ -79,7 +81,12 @@ pub(crate) fn emit_chunk(
         Meta::Hidden
     };
     let inline = last && cur.offset == 0 && this <= INLINE_MAX as u64 && !matches!(cur.wr.op, RequestOp::Read { .. });
-    let charge = WindowCharge::data(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
+    let mut charge = WindowCharge::data(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
+    if let Some(r) = record {
+        // The step's charge rides on its first WQE.
+        out.push(record_wqe(r, WindowCharge::data(this as u32 + r.stage.length, false)));
+        charge = WindowCharge::default();
+    }
     out.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
     *since_signal = if signaled { 0 } else { *since_signal + 1 };
     push_zero_weight(zw, zw_cq, since_signal, out);
@@ -100,7 +107,7 @@ fn emit_rendezvous(
     since_signal: &mut u32,
     out: &mut Vec<WqeSpec>,
 ) -> Option<bool> {
-    let rv = cur.rendezvous?;
+    let (buffer, record) = (cur.rendezvous?, cur.record?);
     let len = cur.wr.len as u64;
     let chunk = (cur.plan.chunk_bytes as u64).clamp(1, len);
     let zw = cur.plan.zero_weight_per_chunk;
@@ -114,7 +121,7 @@ fn emit_rendezvous(
         let this = chunk.min(len - cur.offset);
         let signaled = *since_signal + 1 + zw >= signal_every;
         out.push(WqeSpec {
-            opcode: WrOpcode::Write { remote: offset_remote(rv.buffer, cur.offset) },
+            opcode: WrOpcode::Write { remote: offset_remote(buffer, cur.offset) },
             sge: Some(cur.wr.mr.sge((cur.wr.offset + cur.offset) as usize, this as u32)),
             inline: false,
             signaled,
@@ -129,15 +136,7 @@ fn emit_rendezvous(
     if room < 2 + zw {
         return None;
     }
-    let record_len = rv.stage.length;
-    out.push(WqeSpec {
-        opcode: WrOpcode::Write { remote: rv.record },
-        sge: Some(rv.stage),
-        inline: true,
-        signaled: false,
-        meta: Meta::Hidden,
-        charge: WindowCharge::data(chunk as u32 + record_len, false),
-    });
+    out.push(record_wqe(record, WindowCharge::data(chunk as u32 + record.stage.length, false)));
     out.push(WqeSpec {
         opcode: WrOpcode::Send,
         sge: Some(cur.wr.mr.sge(cur.wr.offset as usize, chunk as u32)),
@@ -151,6 +150,18 @@ fn emit_rendezvous(
     cur.rendezvous = None;
     cur.offset = len;
     Some(true)
+}
+
+/// The inline WRITE of a message's record (`crate::rendezvous::Record`).
+fn record_wqe(r: RecordWrite, charge: WindowCharge) -> WqeSpec {
+    WqeSpec {
+        opcode: WrOpcode::Write { remote: r.remote },
+        sge: Some(r.stage),
+        inline: true,
+        signaled: false,
+        meta: Meta::Hidden,
+        charge,
+    }
 }
 
 /// `zw` zero-weight WRs.

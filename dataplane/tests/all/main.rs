@@ -16,6 +16,7 @@ mod policy_decode_fuzz;
 mod policy_suite;
 mod policy_swap;
 mod ready_sets;
+mod send_rendezvous;
 mod sim_faults;
 mod sim_props;
 mod sim_semantics;
