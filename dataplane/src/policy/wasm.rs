@@ -313,9 +313,40 @@ struct HostState {
     log: Vec<String>,
     /// When the backstop of the current call first fired, and the fuel
     /// left then (`None` until then; reset when a call is armed).
-    backstop_mark: Option<(std::time::Instant, Option<u64>)>,
+    backstop_mark: Option<BackstopMark>,
     /// The fuel the current (or last) call was armed with.
     armed_fuel: u64,
+}
+
+/// Where the backstop first looked at a running call: the wall clock, the
+/// calling thread's CPU clock (where the OS has one) and the fuel left.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BackstopMark {
+    wall: std::time::Instant,
+    /// The thread's CPU clock then (the mark is taken and read in the
+    /// same call, on the same thread).
+    cpu: Option<Duration>,
+    fuel: Option<u64>,
+}
+
+impl BackstopMark {
+    fn now(fuel: Option<u64>) -> Self {
+        BackstopMark { wall: std::time::Instant::now(), cpu: thread_cpu(), fuel }
+    }
+
+    /// The time the call ran since the mark: the thread's CPU time (a
+    /// call the OS descheduled did not run), else the wall time.
+    fn ran(&self) -> Duration {
+        match (self.cpu, thread_cpu()) {
+            (Some(then), Some(now)) => now.saturating_sub(then),
+            _ => self.wall.elapsed(),
+        }
+    }
+}
+
+/// The calling thread's CPU clock, where the OS has one.
+fn thread_cpu() -> Option<Duration> {
+    cpu_time::ThreadTime::try_now().ok().map(|t| t.as_duration())
 }
 
 /// The backstop of [`Interruption::Budget`] (see [`CallBudget`]): called
@@ -323,8 +354,9 @@ struct HostState {
 /// call it notes the time and the fuel left, and looks again at the next
 /// tick. A call still running at a look at least half a tick after the
 /// first has been seen running across that time; it is stopped unless it
-/// spent fuel at the rate of computing code meanwhile
-/// ([`BACKSTOP_FUEL_PER_NS`]): such a call is bounded by its fuel already,
+/// spent fuel at the rate of computing code per ns of the thread's CPU
+/// time meanwhile ([`BACKSTOP_FUEL_PER_NS`]; a call the OS descheduled is
+/// not judged by time it did not run): such a call is bounded by its fuel already,
 /// and stopping it would take a long legitimate hook (an `on_tick` over
 /// thousands of tenants on a loaded machine) for a loop. (A legitimate
 /// call of a few microseconds that was descheduled past its deadline
@@ -334,14 +366,14 @@ fn backstop(mut cx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Resul
     let st = cx.data_mut();
     match st.backstop_mark {
         None => {
-            st.backstop_mark = Some((std::time::Instant::now(), fuel));
+            st.backstop_mark = Some(BackstopMark::now(fuel));
             Ok(wasmtime::UpdateDeadline::Continue(1))
         }
-        Some((mark, fuel_then)) if mark.elapsed() >= EPOCH_TICK / 2 => {
-            let spent = fuel_then.zip(fuel).map_or(0, |(then, now)| then.saturating_sub(now));
-            let computing = spent as u128 >= mark.elapsed().as_nanos() * BACKSTOP_FUEL_PER_NS as u128;
+        Some(mark) if mark.wall.elapsed() >= EPOCH_TICK / 2 => {
+            let spent = mark.fuel.zip(fuel).map_or(0, |(then, now)| then.saturating_sub(now));
+            let computing = spent as u128 >= mark.ran().as_nanos() * BACKSTOP_FUEL_PER_NS as u128;
             if computing {
-                st.backstop_mark = Some((std::time::Instant::now(), fuel));
+                st.backstop_mark = Some(BackstopMark::now(fuel));
                 Ok(wasmtime::UpdateDeadline::Continue(1))
             } else {
                 Ok(wasmtime::UpdateDeadline::Interrupt)
