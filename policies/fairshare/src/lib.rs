@@ -35,7 +35,7 @@
 //!   receiver's dataplane advertised its RECV (SEND rendezvous: the bytes
 //!   after the first chunk go as WRITE chunks into the RECV's buffer, the
 //!   first chunk as the SEND), and goes whole otherwise, with a zero-weight
-//!   WR after each piece.
+//!   WR after it; small SENDs are whole messages like small WRITEs.
 //!
 //! Work conservation follows from the budget covering the pipeline: a
 //! tenant alone gets all of it, and tenants without work hold none.
@@ -170,15 +170,9 @@ impl Policy for FairShare {
                 SplitPlan { chunk_bytes: self.params.read_chunk_bytes, zero_weight_per_chunk: 0 }
             }
             RequestOp::Read => SplitPlan::WHOLE,
-            // A SEND larger than a chunk is split like a WRITE where the
-            // receiver's dataplane advertised its RECV (rendezvous, ABI
-            // 1.4), and goes whole otherwise; either way its QP's turn
-            // ends after each piece.
-            RequestOp::Send => {
-                self.since_zero_weight[Self::qp_slot(req)] = 0;
-                let chunk_bytes = if req.len > chunk as u64 { chunk } else { 0 };
-                SplitPlan { chunk_bytes, zero_weight_per_chunk: self.params.zero_weight }
-            }
+            // WRITEs and SENDs alike (ABI 1.4: a SEND larger than a chunk
+            // goes by rendezvous where the receiver's dataplane advertised
+            // its RECV, and whole, with its zero-weight WR, otherwise).
             _ if req.len > chunk as u64 => {
                 self.since_zero_weight[Self::qp_slot(req)] = 0;
                 SplitPlan { chunk_bytes: chunk, zero_weight_per_chunk: self.params.zero_weight }
@@ -313,12 +307,13 @@ mod tests {
         // A READ's chunks need no zero-weight WR (the request carries no payload).
         let read = p.on_request(&req(0, 1 << 20, RequestOp::Read), &plan);
         assert_eq!(read, SplitPlan { chunk_bytes: p.params.read_chunk_bytes, zero_weight_per_chunk: 0 });
-        // A large SEND is split (by rendezvous, where the receiver allows);
-        // one of at most a chunk stays whole; both end their QP's turn.
+        // A large SEND is split like a WRITE (by rendezvous, where the
+        // receiver allows); small ones earn zero-weight WRs per chunk of
+        // bytes on their QP, as small WRITEs do.
         let send = p.on_request(&req(0, 1 << 20, RequestOp::Send), &plan);
         assert_eq!(send, SplitPlan { chunk_bytes: p.params.chunk_bytes, zero_weight_per_chunk: 1 });
-        let small = p.on_request(&req(0, p.params.chunk_bytes as u64, RequestOp::Send), &plan);
-        assert_eq!(small, SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: 1 });
+        let small = p.on_request(&req(1, 16, RequestOp::Send), &plan);
+        assert_eq!(small, SplitPlan::WHOLE);
     }
 
     #[test]
