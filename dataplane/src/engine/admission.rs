@@ -188,5 +188,5 @@ impl<R: Rnic> Dataplane<R> {
 /// Whether fair admission may admit data from `q` (of a tenant `capped`
 /// or not).
 fn data_ready(q: &DpQp, capped: bool) -> bool {
-    !q.failed && q.has_work() && (!capped || q.active) && q.pending_wait.is_none()
+    !q.failed && !q.parked && q.has_work() && (!capped || q.active) && q.pending_wait.is_none()
 }

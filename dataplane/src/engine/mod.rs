@@ -152,6 +152,9 @@ pub struct DataplaneCounters {
     /// SENDs moved by rendezvous with the peer's dataplane
     /// ([`crate::rendezvous`]).
     pub rendezvous_sends: u64,
+    /// Large SENDs that waited for their RECV's advertisement in vain and
+    /// went whole.
+    pub rendezvous_timeouts: u64,
     /// Post lists (doorbells).
     pub doorbells: u64,
     /// CQEs polled from the shared send and receive CQs.
@@ -341,6 +344,10 @@ pub struct Dataplane<R: Rnic> {
     /// What the port's link moves per ns, bytes (fair admission's budget
     /// grows by what it moves during one of the loop's rounds).
     link_bytes_per_ns: f64,
+    /// QPs parked until their SEND's RECV is advertised, and when to look
+    /// again (`rendezvous.rs`).
+    descriptor_waiters: Vec<usize>,
+    descriptor_poll_ns: u64,
 }
 
 /// Buffers the loop reuses instead of allocating per round.
@@ -381,6 +388,8 @@ impl<R: Rnic> Dataplane<R> {
         let link_bytes_per_ns = nic.port_info().link_gbps as f64 / 8.0;
         Ok(Dataplane {
             link_bytes_per_ns,
+            descriptor_waiters: Vec::new(),
+            descriptor_poll_ns: u64::MAX,
             nic,
             cfg,
             send_cq,
@@ -437,7 +446,7 @@ impl<R: Rnic> Dataplane<R> {
     /// step one nanosecond at a time.
     pub fn next_timer_ns(&self) -> u64 {
         let now = self.nic.clock_ns();
-        let mut at = self.next_tick_ns.min(self.sup.next_timer_ns(&self.cfg));
+        let mut at = self.next_tick_ns.min(self.sup.next_timer_ns(&self.cfg)).min(self.descriptor_poll_ns);
         let mut i = 0;
         while let Some(t) = self.rated.next_from(i) {
             i = t + 1;

@@ -148,6 +148,14 @@ impl<R: Rnic> Dataplane<R> {
                 if consumes_recv && split.chunk_bytes > 0 && wr.len > split.chunk_bytes {
                     let send = wr.op == RequestOp::Send;
                     rendezvous = send.then(|| self.advertised_recv(qi, seq, wr.len)).flatten();
+                    if send && rendezvous.is_none() && self.wait_for_descriptor(qi, now) {
+                        // Not started: it keeps its place at the head, and
+                        // its RECV (asked for again when it starts).
+                        self.qps[qi].held.push_front(wr);
+                        self.qps[qi].peer_recvs = seq;
+                        break;
+                    }
+                    self.qps[qi].descriptor_wait_since = None;
                     if !send || rendezvous.is_some() {
                         record = self.stage_record(qi, seq, wr.len);
                     }

@@ -78,6 +78,11 @@ pub(crate) struct DpQp {
     pub peer_recvs: u64,
     /// SEND rendezvous with the peer's dataplane, once set up.
     pub rendezvous: Option<QpRendezvous>,
+    /// Since when its next SEND waits for its RECV's advertisement.
+    pub descriptor_wait_since: Option<u64>,
+    /// Waiting for an advertisement: not offered to fair admission until
+    /// the next look ([`super::rendezvous`]).
+    pub parked: bool,
     /// In the tenant's active set (allowed to post).
     pub active: bool,
     pub active_since_ns: u64,
@@ -124,6 +129,8 @@ impl DpQp {
             next_recv_seq: 0,
             peer_recvs: 0,
             rendezvous: None,
+            descriptor_wait_since: None,
+            parked: false,
             active: false,
             active_since_ns: 0,
             active_requests: 0,

@@ -162,6 +162,7 @@ impl<R: Rnic> Dataplane<R> {
                 TimerKind::Bucket => self.mark_tenant(t as usize),
             }
         }
+        self.look_for_descriptors(now);
         if self.exhaustive {
             self.mark_all();
         }

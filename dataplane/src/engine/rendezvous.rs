@@ -15,7 +15,18 @@ pub(crate) struct QpRendezvous {
     pub ring: Mr,
     /// The receiving end's record ring, once attached.
     pub records: Option<RemoteAddr>,
+    /// The receiving end has advertised a RECV on this QP: a later large
+    /// SEND whose advertisement is missing waits for it a while.
+    pub advertised: bool,
 }
+
+/// How often a SEND waiting for its RECV's advertisement looks again, ns.
+const DESCRIPTOR_POLL_NS: u64 = 500;
+/// How long a SEND waits for its RECV's advertisement before it goes
+/// whole, ns: a few small-message round trips on the reverse path (the
+/// receiver reposts a RECV when the previous SEND lands; the sender may
+/// post the next one as soon as its ACK is back, before the advertisement).
+const DESCRIPTOR_WAIT_NS: u64 = 10_000;
 
 /// A record to WRITE (inline, from its staging) to the receiver's record
 /// ring just before the WQE that consumes the RECV it names.
@@ -40,7 +51,7 @@ impl<R: Rnic> Dataplane<R> {
         }
         let pd = self.live_tenant_mut(t)?.pd;
         let ring = self.nic.reg_mr(pd, RING_BYTES, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
-        self.qps[qi].rendezvous = Some(QpRendezvous { ring, records: None });
+        self.qps[qi].rendezvous = Some(QpRendezvous { ring, records: None, advertised: false });
         Ok(ring.remote(0))
     }
 
@@ -63,12 +74,56 @@ impl<R: Rnic> Dataplane<R> {
 
     /// The buffer of the peer's RECV `seq` on QP `qi`, if the receiving
     /// end advertised it with room for `len` bytes.
-    pub(super) fn advertised_recv(&self, qi: usize, seq: u64, len: u32) -> Option<RemoteAddr> {
+    pub(super) fn advertised_recv(&mut self, qi: usize, seq: u64, len: u32) -> Option<RemoteAddr> {
         let r = self.qps[qi].rendezvous?;
         r.records?;
         let mut b = [0u8; DESCRIPTOR_BYTES];
         self.nic.read_mr(r.ring.handle, slot_offset(seq, DESCRIPTOR_BYTES), &mut b).ok()?;
-        Descriptor::decode(&b, seq).filter(|d| d.len >= len).map(|d| d.buffer)
+        let d = Descriptor::decode(&b, seq)?;
+        if let Some(r) = self.qps[qi].rendezvous.as_mut() {
+            r.advertised = true;
+        }
+        (d.len >= len).then_some(d.buffer)
+    }
+
+    /// Whether QP `qi`'s next SEND, whose RECV `seq` is not advertised,
+    /// should wait for the advertisement instead of going whole: the
+    /// receiving end has advertised on this QP before, and the SEND has
+    /// not waited [`DESCRIPTOR_WAIT_NS`] yet. Parks the QP until the next
+    /// look.
+    pub(super) fn wait_for_descriptor(&mut self, qi: usize, now: u64) -> bool {
+        let q = &mut self.qps[qi];
+        if !q.rendezvous.is_some_and(|r| r.advertised) {
+            return false;
+        }
+        let since = *q.descriptor_wait_since.get_or_insert(now);
+        if now.saturating_sub(since) >= DESCRIPTOR_WAIT_NS {
+            q.descriptor_wait_since = None;
+            self.counters.rendezvous_timeouts += 1;
+            return false;
+        }
+        q.parked = true;
+        self.descriptor_waiters.push(qi);
+        let at = now + DESCRIPTOR_POLL_NS;
+        self.descriptor_poll_ns = self.descriptor_poll_ns.min(at);
+        true
+    }
+
+    /// At the look: the parked QPs may post again.
+    pub(super) fn look_for_descriptors(&mut self, now: u64) {
+        if now < self.descriptor_poll_ns {
+            return;
+        }
+        self.descriptor_poll_ns = u64::MAX;
+        let waiters = std::mem::take(&mut self.descriptor_waiters);
+        for &qi in &waiters {
+            if let Some(q) = self.qps.get_mut(qi) {
+                q.parked = false;
+                self.mark_post(qi);
+            }
+        }
+        self.descriptor_waiters = waiters;
+        self.descriptor_waiters.clear();
     }
 
     /// Stages the record of a message of `len` bytes that consumes the

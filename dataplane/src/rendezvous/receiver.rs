@@ -24,8 +24,11 @@ struct RecvQp {
     /// RECVs posted and not yet advertised: (sequence number, descriptor
     /// if the RECV qualifies).
     unadvertised: VecDeque<(u64, Option<Descriptor>)>,
-    /// This end's WRITEs posted since the last signaled one.
+    /// This end's WRITEs posted since the last signaled one, and how many
+    /// may go unsignaled in a row (their send-queue slots are reclaimed
+    /// only when a later signaled one completes).
     unsignaled: u32,
+    signal_every: u32,
 }
 
 /// The receiving host's NIC with the receiving end of SEND rendezvous
@@ -35,8 +38,8 @@ pub struct RendezvousReceiver<R: Rnic> {
     inner: R,
     /// Regions registered through it: (region, access).
     mrs: Vec<(Mr, AccessFlags)>,
-    /// The PD each QP was created in.
-    qp_pd: HashMap<QpHandle, PdHandle>,
+    /// The PD and send-queue depth each QP was created with.
+    qp_pd: HashMap<QpHandle, (PdHandle, u32)>,
     /// Attached QPs, by QP number (completions name the number).
     attached: HashMap<u32, RecvQp>,
     /// QP handle to QP number, for the attached ones.
@@ -65,7 +68,8 @@ impl<R: Rnic> RendezvousReceiver<R> {
     /// returns its address for the sender. RECVs posted from now on are
     /// advertised; attach before posting any.
     pub fn attach(&mut self, qp: QpHandle, qp_num: u32, ring: RemoteAddr) -> Result<RemoteAddr, RnicError> {
-        let pd = *self.qp_pd.get(&qp).ok_or(RnicError::InvalidArgument(format!("QP {} was not created here", qp.0)))?;
+        let (pd, sq_depth) =
+            *self.qp_pd.get(&qp).ok_or(RnicError::InvalidArgument(format!("QP {} was not created here", qp.0)))?;
         let records = self.inner.reg_mr(
             pd,
             SLOTS as usize * RECORD_BYTES,
@@ -73,7 +77,16 @@ impl<R: Rnic> RendezvousReceiver<R> {
         )?;
         self.attached.insert(
             qp_num,
-            RecvQp { handle: qp, ring, records, posted: 0, completed: 0, unadvertised: VecDeque::new(), unsignaled: 0 },
+            RecvQp {
+                handle: qp,
+                ring,
+                records,
+                posted: 0,
+                completed: 0,
+                unadvertised: VecDeque::new(),
+                unsignaled: 0,
+                signal_every: (sq_depth / 4).clamp(1, SLOTS as u32 / 2),
+            },
         );
         self.numbers.insert(qp, qp_num);
         Ok(records.remote(0))
@@ -105,7 +118,7 @@ impl<R: Rnic> RendezvousReceiver<R> {
             }
             if let Some(d) = desc {
                 let bytes = d.encode();
-                let signaled = q.unsignaled + 1 >= SLOTS as u32 / 2;
+                let signaled = q.unsignaled + 1 >= q.signal_every;
                 let wr = SendWr {
                     wr_id: AGENT_WR_ID,
                     opcode: WrOpcode::Write {
@@ -117,10 +130,10 @@ impl<R: Rnic> RendezvousReceiver<R> {
                     payload: Payload::Inline(&bytes),
                     signaled,
                 };
-                // A QP that cannot take it (full, or broken) advertises no
-                // more: its SENDs then go whole, which is always correct.
+                // A send queue that cannot take it (full: the application's
+                // own sends hold it; or broken) is tried again at the next
+                // completion; meanwhile the SENDs go whole, always correct.
                 if self.inner.post_send(q.handle, &[wr]).is_err() {
-                    q.unadvertised.clear();
                     return;
                 }
                 q.unsignaled = if signaled { 0 } else { q.unsignaled + 1 };
@@ -197,7 +210,7 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
 
     fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
         let qp = self.inner.create_qp(pd, attr)?;
-        self.qp_pd.insert(qp.handle, pd);
+        self.qp_pd.insert(qp.handle, (pd, attr.caps.max_send_wr));
         Ok(qp)
     }
 
@@ -252,6 +265,8 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
                 let mut wc = out[k];
                 let recv = matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
                 if !recv && wc.wr_id == AGENT_WR_ID && self.attached.contains_key(&wc.qp_num) {
+                    // Its slots are free again: advertise what waited.
+                    self.advertise(wc.qp_num);
                     continue;
                 }
                 if recv {
