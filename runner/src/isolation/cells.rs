@@ -45,6 +45,7 @@ fn victims() -> Vec<Shape> {
         shape("mr-write-8b-8q", Bw, Write, 8, 8, 128, 32),
         shape("mr-write-16b-pl32", Bw, Write, 16, 1, 128, 32),
         shape("bw-send-4k-4q", Bw, Send, 4096, 4, 32, 1),
+        shape("mr-send-16b-pl32", Bw, Send, 16, 1, 128, 32),
         shape("bw-read-64k", Bw, Read, 65536, 1, 16, 1),
         Shape { rate_per_s: Some(200_000.0), ..shape("open-write-512", Open, Write, 512, 1, 16, 1) },
     ]
@@ -57,6 +58,8 @@ fn attackers() -> Vec<Shape> {
         shape("write-1m-1q", Bw, Write, 1 << 20, 1, 4, 1),
         shape("write-1m-16q", Bw, Write, 1 << 20, 16, 1, 1),
         shape("send-1m-16q", Bw, Send, 1 << 20, 16, 1, 1),
+        shape("send-64k-16q", Bw, Send, 65536, 16, 4, 1),
+        shape("send-8k-32q-pl8", Bw, Send, 8192, 32, 16, 8),
         shape("read-1m-16q", Bw, Read, 1 << 20, 16, 1, 1),
         shape("write-4k-16q-pl8", Bw, Write, 4096, 16, 32, 8),
         shape("write-1000b-32q", Bw, Write, 1000, 32, 16, 4),
