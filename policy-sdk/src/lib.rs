@@ -27,7 +27,7 @@
 //! [`Policy`] with one line, [`export_policy!`], which generates every
 //! export of the wasm ABI (see [`abi`] and `docs/policy-abi.md`) around a
 //! static instance. The host imports a policy may call have safe wrappers
-//! in [`host`] (`now_ns`, `log`; wasm32 only). A minimal policy:
+//! in `host` (`now_ns`, `log`; wasm32 only). A minimal policy:
 //!
 //! ```ignore
 //! #![no_std]

@@ -6,12 +6,12 @@
 //! 2. keeps each tenant's active QP set within the policy's cap, rotating
 //!    after the quantum with an in-NIC hand-off through the tenant's
 //!    preemption control QP ([`control_qp`]), or a host hand-off on a NIC
-//!    without in-NIC cross-channel ([`handoff`]);
-//! 3. posts each allowed QP's next WQEs as one post list ([`split`]);
+//!    without in-NIC cross-channel (`handoff.rs`);
+//! 3. posts each allowed QP's next WQEs as one post list (`split.rs`);
 //! 4. polls the CQs, retires hidden WQEs and delivers each application
 //!    message's completion exactly once, in per-QP order;
 //! 5. on the policy's tick, hands it per-tenant statistics and applies the
-//!    plans and rate limits it returns ([`pacing`]: a tenant's data WQEs
+//!    plans and rate limits it returns (`pacing.rs`: a tenant's data WQEs
 //!    wait in software until its token bucket allows them).
 //!
 //! The loop runs over any [`Rnic`]; [`Dataplane::run_pinned`] spins it on

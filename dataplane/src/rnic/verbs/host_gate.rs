@@ -1,4 +1,4 @@
-//! Host-side gating: the cross-channel semantics of the [`Rnic`](super::Rnic)
+//! Host-side gating: the cross-channel semantics of the [`Rnic`](crate::rnic::Rnic)
 //! trait (WAIT, SEND_ENABLE, managed send queues, NOP) for a device whose
 //! library does not offer them, which is every device under upstream
 //! rdma-core (only MLNX_OFED 4.x had `IBV_EXP_WR_CQE_WAIT`,

@@ -110,7 +110,7 @@ pub mod wc_flags {
     pub const WITH_IMM: u32 = 2;
 }
 
-/// `enum ibv_access_flags` values (equal to the bits of [`super::AccessFlags`]).
+/// `enum ibv_access_flags` values (equal to the bits of [`crate::rnic::AccessFlags`]).
 pub mod access {
     /// `IBV_ACCESS_LOCAL_WRITE`.
     pub const LOCAL_WRITE: u32 = 1;

@@ -1,4 +1,4 @@
-//! The real-NIC side of the boundary: the ibverbs backend [`VerbsRnic`]
+//! The real-NIC side of the boundary: the ibverbs backend `VerbsRnic`
 //! (cargo feature `verbs`) and what it is built from, which compiles
 //! without the feature too, so that its logic is tested and benched on any
 //! machine and `perf-runner devices` / `doctor` can report on one without

@@ -1,6 +1,6 @@
 //! Opening a real RDMA device by name in any build, for callers (the
 //! runner) that choose the backend at run time: with the `verbs` feature
-//! it opens a [`super::VerbsRnic`]; without it, it fails with an
+//! it opens a `VerbsRnic`; without it, it fails with an
 //! error that says what this machine has (the same report as
 //! `perf-runner devices`) and how to rebuild. Either way, never a panic.
 //!

@@ -4,7 +4,7 @@
 //! and which the host gates on a given device.
 //!
 //! Compiled without the `verbs` feature; with it, [`probe`] also asks
-//! libibverbs through [`super::list_devices`].
+//! libibverbs through `list_devices`.
 
 use super::ibv_abi::{GidEntry, GidKind};
 use super::sysfs::{self, SysfsReport};
