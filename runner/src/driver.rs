@@ -1,42 +1,10 @@
-//! The virtual-time driver of a run: the apps poll at every instant the
-//! NIC makes visible (as `perftest::run_virtual` does), and also at the
-//! times they ask for (a tenant's start, an open-loop arrival, the
-//! dataplane's policy tick), which no NIC event would reveal. It samples
-//! the NIC's wire counters over time and moves the progress bar.
+//! A run in virtual time: the dataplane's one virtual-time driver
+//! (`perftest::run_virtual_observed`), sampling the NIC's wire counters
+//! over time and moving the progress bar.
 
 use indicatif::ProgressBar;
-use perf_dataplane::engine::Dataplane;
-use perf_dataplane::perftest::{App, AppError};
-use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
-
-/// An app that may also need a wake-up at a time of its own.
-pub trait Actor: App {
-    /// The next time (ns) it needs to poll even if the NIC shows nothing.
-    fn next_wake_ns(&self) -> Option<u64> {
-        None
-    }
-
-    /// A time it would like to poll at when the NIC has nothing pending at
-    /// all (while the NIC is busy, its events wake everyone often enough).
-    fn idle_wake_ns(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// The dataplane's policy tick is a soft timer: waking for it while the
-/// NIC is busy would move ticks off the instants `perftest::run_virtual`
-/// ticks at, and the policies' figures with them.
-impl Actor for Dataplane<SimRnic> {
-    /// The end of the loop's busy time (its cost model,
-    /// `perf_dataplane::engine::loop_cost`): it runs its next round then.
-    fn next_wake_ns(&self) -> Option<u64> {
-        self.loop_busy_until_ns()
-    }
-
-    fn idle_wake_ns(&self) -> Option<u64> {
-        Some(self.next_timer_ns())
-    }
-}
+use perf_dataplane::perftest::{run_virtual_observed, App, AppError};
+use perf_dataplane::rnic::sim::{SimFabric, PS_PER_NS};
 
 /// NIC utilization over time: the fraction of each bucket host 0's wire
 /// spent transmitting (sampled at the first wake-up in each bucket), and
@@ -101,44 +69,23 @@ impl NicTimeline {
     }
 }
 
-/// Runs `apps` on `fabric` until `until_ns` (see the module comment).
+/// Runs `apps` on `fabric` until `until_ns` with the one virtual-time
+/// driver ([`run_virtual_observed`]), sampling the NIC into `nic` and
+/// moving `progress` (in ms of virtual time) as it goes.
 pub fn drive(
     fabric: &SimFabric,
-    apps: &mut [&mut dyn Actor],
+    apps: &mut [&mut dyn App],
     until_ns: u64,
     nic: &mut NicTimeline,
     progress: &ProgressBar,
 ) -> Result<(), AppError> {
     let mut wakes = 0u64;
     progress.set_position(0);
-    loop {
-        let mut progressed = true;
-        while progressed {
-            progressed = false;
-            for a in apps.iter_mut() {
-                progressed |= a.poll()?;
-            }
-        }
-        let now = fabric.now_ns();
+    run_virtual_observed(fabric, apps, until_ns, &mut |fabric, now| {
         nic.sample(fabric, now);
         wakes += 1;
-        if wakes.is_multiple_of(4096) {
+        if wakes.is_multiple_of(4096) || now >= until_ns {
             progress.set_position(now / 1_000_000);
         }
-        let idle = fabric.next_event_ps().is_none();
-        let timer = apps
-            .iter()
-            .flat_map(|a| a.next_wake_ns().into_iter().chain(a.idle_wake_ns().filter(|_| idle)))
-            .filter(|&t| t > now)
-            .min();
-        let limit = timer.unwrap_or(until_ns).min(until_ns);
-        if !fabric.step_until_visible(limit * PS_PER_NS) {
-            fabric.advance_to_ps(limit * PS_PER_NS);
-            if limit >= until_ns {
-                nic.sample(fabric, until_ns);
-                progress.set_position(until_ns / 1_000_000);
-                return Ok(());
-            }
-        }
-    }
+    })
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, TenantHandle};
-use perf_dataplane::perftest::Side;
+use perf_dataplane::perftest::{App, Side};
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::WasmLimits;
 use perf_dataplane::policy::PolicyHost;
@@ -16,7 +16,7 @@ use perf_dataplane::rendezvous::RendezvousReceiver;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
 
-use crate::driver::{drive, Actor, NicTimeline};
+use crate::driver::{drive, NicTimeline};
 use crate::loop_cost::{LoopChoice, LoopCostArgs, LoopReport};
 use crate::output::OutputArgs;
 use crate::realtime::{run_realtime, Realtime};
@@ -392,7 +392,7 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
     // Virtual time only: a loop in real time takes its real time.
     dp.set_loop_cost(opts.loop_cost.cost);
     {
-        let mut apps: Vec<&mut dyn Actor> = Vec::new();
+        let mut apps: Vec<&mut dyn App> = Vec::new();
         for t in tenants.iter_mut() {
             apps.push(t);
         }

@@ -54,7 +54,6 @@ use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::driver::Actor;
 use crate::scenario::{Kind, TenantSpec};
 
 /// Arrivals of an open-loop tenant waiting in the application beyond this
@@ -489,10 +488,9 @@ impl<N: Rnic> App for TenantApp<N> {
             Kind::Open => self.poll_open(),
         }
     }
-}
 
-impl<N: Rnic> Actor for TenantApp<N> {
-    fn next_wake_ns(&self) -> Option<u64> {
+    /// Its start, and an open-loop tenant's next arrival.
+    fn next_timer_ns(&self) -> Option<u64> {
         let now = self.now();
         if self.failed || now >= self.phase.1 {
             return None;
@@ -540,8 +538,6 @@ impl<R: Rnic> App for PeerApp<R> {
         }
     }
 }
-
-impl<R: Rnic> Actor for PeerApp<R> {}
 
 #[cfg(test)]
 mod tests {

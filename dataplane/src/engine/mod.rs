@@ -691,8 +691,16 @@ impl<R: Rnic> crate::perftest::App for Dataplane<R> {
         Ok(self.charged_round()?)
     }
 
+    /// The end of the loop's busy time (its cost model, [`loop_cost`]):
+    /// it runs its next round then.
     fn next_timer_ns(&self) -> Option<u64> {
-        // While busy the loop can do nothing before it is free again.
-        Some(self.loop_busy_until_ns().unwrap_or_else(|| Dataplane::next_timer_ns(self)))
+        self.loop_busy_until_ns()
+    }
+
+    /// The policy tick and the other timers are soft: waking for them
+    /// while the NIC is busy would move ticks off the NIC's instants, and
+    /// the policies' figures with them.
+    fn idle_timer_ns(&self) -> Option<u64> {
+        Some(Dataplane::next_timer_ns(self))
     }
 }

@@ -18,9 +18,18 @@ pub trait App {
     fn poll(&mut self) -> Result<bool, AppError>;
 
     /// When the app next has timed work even if its NIC shows nothing new
-    /// (the dataplane's policy tick, a paced tenant's next post), in ns;
-    /// [`run_virtual`] wakes it then. Default: never.
+    /// (a tenant's start, an open-loop arrival, the end of the dataplane's
+    /// busy time), in ns; [`run_virtual`] wakes it then. Default: never.
     fn next_timer_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// A time the app would like to poll at when the NIC has nothing
+    /// pending at all (a soft timer, such as the dataplane's policy tick:
+    /// while the NIC is busy its events wake everyone often enough, and
+    /// waking for the timer as well would move the work off those
+    /// instants). Default: never.
+    fn idle_timer_ns(&self) -> Option<u64> {
         None
     }
 }
@@ -56,11 +65,24 @@ pub fn check(wc: &Wc) -> Result<(), AppError> {
 /// Runs `apps` on `fabric` in virtual time until `until_ns`: at every event
 /// instant that changed something the apps can observe (a completion, a
 /// memory write, a QP error), and at every app's timer
-/// ([`App::next_timer_ns`]), each app polls until none has anything left
-/// to do. The apps react only to what they observe and to their timers, so
+/// ([`App::next_timer_ns`], and [`App::idle_timer_ns`] while the NIC has
+/// nothing pending), each app polls until none has anything left to do.
+/// The apps react only to what they observe and to their timers, so
 /// skipping the NIC's internal instants changes nothing but the cost.
 pub fn run_virtual(fabric: &SimFabric, apps: &mut [&mut dyn App], until_ns: u64) -> Result<(), AppError> {
-    let until = until_ns * PS_PER_NS;
+    run_virtual_observed(fabric, apps, until_ns, &mut |_, _| {})
+}
+
+/// [`run_virtual`], calling `observe(fabric, now_ns)` after the apps went
+/// quiet at each wake-up, and once more at `until_ns` (the runner samples
+/// the NIC's counters and moves its progress bar there): the one
+/// virtual-time driver of every run.
+pub fn run_virtual_observed(
+    fabric: &SimFabric,
+    apps: &mut [&mut dyn App],
+    until_ns: u64,
+    observe: &mut dyn FnMut(&SimFabric, u64),
+) -> Result<(), AppError> {
     loop {
         let mut progressed = true;
         while progressed {
@@ -70,11 +92,18 @@ pub fn run_virtual(fabric: &SimFabric, apps: &mut [&mut dyn App], until_ns: u64)
             }
         }
         let now = fabric.now_ns();
-        let timer = apps.iter().filter_map(|a| a.next_timer_ns()).map(|t| t.max(now + 1) * PS_PER_NS).min();
-        let limit = timer.map_or(until, |t| t.min(until));
-        if !fabric.step_until_visible(limit) {
-            fabric.advance_to_ps(limit);
-            if limit >= until {
+        observe(fabric, now);
+        let idle = fabric.next_event_ps().is_none();
+        let timer = apps
+            .iter()
+            .flat_map(|a| a.next_timer_ns().into_iter().chain(a.idle_timer_ns().filter(|_| idle)))
+            .filter(|&t| t > now)
+            .min();
+        let limit = timer.unwrap_or(until_ns).min(until_ns);
+        if !fabric.step_until_visible(limit * PS_PER_NS) {
+            fabric.advance_to_ps(limit * PS_PER_NS);
+            if limit >= until_ns {
+                observe(fabric, until_ns);
                 return Ok(());
             }
         }

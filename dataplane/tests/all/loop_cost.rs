@@ -49,7 +49,7 @@ impl App for Bulk {
 }
 
 /// The loop as it was before the cost model: every poll a round, woken
-/// only at its timers.
+/// only at its (soft) timers.
 struct Uncharged<'a>(&'a mut Dataplane<SimRnic>);
 
 impl App for Uncharged<'_> {
@@ -57,7 +57,7 @@ impl App for Uncharged<'_> {
         Ok(self.0.round()?)
     }
 
-    fn next_timer_ns(&self) -> Option<u64> {
+    fn idle_timer_ns(&self) -> Option<u64> {
         Some(self.0.next_timer_ns())
     }
 }
