@@ -272,7 +272,8 @@ pub fn connect_local<R: Rnic, P: Rnic>(
     for ((index, ep), peer_qp) in t.qps.iter().zip(side.qps.clone()) {
         dp.connect_qp(t.handle.id, *index, connect::endpoint(&side.nic, peer_qp.qp_num))?;
         connect::bring_up(&mut side.nic, peer_qp.handle, *ep, access)?;
-        let ring = dp.rendezvous_ring(t.handle.id, *index)?;
+        let slots = side.nic.ring_slots(peer_qp.handle)?;
+        let ring = dp.rendezvous_ring(t.handle.id, *index, slots)?;
         let records = side.nic.attach(peer_qp.handle, peer_qp.qp_num, ring)?;
         dp.attach_rendezvous(t.handle.id, *index, records)?;
     }

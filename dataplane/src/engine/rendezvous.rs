@@ -13,6 +13,8 @@ use crate::rendezvous::{slot_offset, Descriptor, Record, DESCRIPTOR_BYTES, RECOR
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QpRendezvous {
     pub ring: Mr,
+    /// Entries of either ring.
+    pub slots: u32,
     /// The receiving end's record ring, once attached.
     pub records: Option<RemoteAddr>,
     /// The receiving end has advertised a RECV on this QP: a later large
@@ -36,22 +38,24 @@ pub(crate) struct RecordWrite {
     pub stage: Sge,
 }
 
-/// Bytes of a QP's ring region.
-const RING_BYTES: usize = SLOTS as usize * (DESCRIPTOR_BYTES + RECORD_BYTES);
-
 impl<R: Rnic> Dataplane<R> {
-    /// The descriptor ring of tenant `t`'s QP `index`, for the receiving
-    /// end ([`crate::rendezvous::RendezvousReceiver::attach`]): registered
-    /// in the tenant's protection domain on the first call, and not among
-    /// the tenant's regions (its requests cannot name it).
-    pub fn rendezvous_ring(&mut self, t: u32, index: u32) -> Result<RemoteAddr, RnicError> {
+    /// The descriptor ring of tenant `t`'s QP `index`, of `slots` entries
+    /// (the receiving end's
+    /// [`ring_slots`](crate::rendezvous::RendezvousReceiver::ring_slots)),
+    /// for the receiving end
+    /// ([`crate::rendezvous::RendezvousReceiver::attach`]): registered in
+    /// the tenant's protection domain on the first call, and not among the
+    /// tenant's regions (its requests cannot name it).
+    pub fn rendezvous_ring(&mut self, t: u32, index: u32, slots: u32) -> Result<RemoteAddr, RnicError> {
         let qi = self.qp_index(t, index)?;
         if let Some(r) = self.qps[qi].rendezvous {
             return Ok(r.ring.remote(0));
         }
+        let slots = slots.clamp(SLOTS.0, SLOTS.1);
         let pd = self.live_tenant_mut(t)?.pd;
-        let ring = self.nic.reg_mr(pd, RING_BYTES, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
-        self.qps[qi].rendezvous = Some(QpRendezvous { ring, records: None, advertised: false });
+        let bytes = slots as usize * (DESCRIPTOR_BYTES + RECORD_BYTES);
+        let ring = self.nic.reg_mr(pd, bytes, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+        self.qps[qi].rendezvous = Some(QpRendezvous { ring, slots, records: None, advertised: false });
         Ok(ring.remote(0))
     }
 
@@ -78,7 +82,7 @@ impl<R: Rnic> Dataplane<R> {
         let r = self.qps[qi].rendezvous?;
         r.records?;
         let mut b = [0u8; DESCRIPTOR_BYTES];
-        self.nic.read_mr(r.ring.handle, slot_offset(seq, DESCRIPTOR_BYTES), &mut b).ok()?;
+        self.nic.read_mr(r.ring.handle, slot_offset(seq, r.slots, DESCRIPTOR_BYTES), &mut b).ok()?;
         let d = Descriptor::decode(&b, seq)?;
         if let Some(r) = self.qps[qi].rendezvous.as_mut() {
             r.advertised = true;
@@ -131,10 +135,13 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn stage_record(&mut self, qi: usize, seq: u64, len: u32) -> Option<RecordWrite> {
         let r = self.qps[qi].rendezvous?;
         let records = r.records?;
-        let stage_at = SLOTS as usize * DESCRIPTOR_BYTES + slot_offset(seq, RECORD_BYTES);
+        let stage_at = r.slots as usize * DESCRIPTOR_BYTES + slot_offset(seq, r.slots, RECORD_BYTES);
         self.nic.write_mr(r.ring.handle, stage_at, &Record { seq, len }.encode()).ok()?;
         Some(RecordWrite {
-            remote: RemoteAddr { addr: records.addr + slot_offset(seq, RECORD_BYTES) as u64, rkey: records.rkey },
+            remote: RemoteAddr {
+                addr: records.addr + slot_offset(seq, r.slots, RECORD_BYTES) as u64,
+                rkey: records.rkey,
+            },
             stage: r.ring.sge(stage_at, RECORD_BYTES as u32),
         })
     }

@@ -13,9 +13,11 @@
 //!    write): an 8-byte-aligned [`Descriptor`] (the RECV's sequence number
 //!    on its QP, buffer address, rkey and length), written with a small
 //!    inline RDMA WRITE into the sending dataplane's descriptor ring of
-//!    that QP ([`SLOTS`] entries, slot `seq % SLOTS`). It advertises a RECV
-//!    only once fewer than [`SLOTS`] RECVs before it are outstanding, so a
-//!    slot is never overwritten before its RECV completed.
+//!    that QP (as many entries as the QP's receive queue holds RECVs,
+//!    [`ring_slots`], so every RECV posted is advertised at once; slot
+//!    `seq % slots`). It advertises a RECV only once fewer than `slots`
+//!    RECVs before it are outstanding, so a slot is never overwritten
+//!    before its RECV completed.
 //! 2. The sending dataplane counts the RECVs its messages consume on each
 //!    QP (SEND and WRITE_WITH_IMM). For a SEND its policy asks to split
 //!    (a [`perf_policy_sdk::SplitPlan`] with a chunk, ABI 1.4) whose RECV
@@ -44,8 +46,14 @@ pub use receiver::RendezvousReceiver;
 
 use crate::rnic::RemoteAddr;
 
-/// Entries of a QP's descriptor ring and of its record ring.
-pub const SLOTS: u64 = 64;
+/// Fewest and most entries of a QP's descriptor ring and record ring.
+pub const SLOTS: (u32, u32) = (16, 4096);
+
+/// Entries of the rings of a QP whose receive queue holds `recv_depth`
+/// RECVs: one per RECV it can hold, within [`SLOTS`].
+pub fn ring_slots(recv_depth: u32) -> u32 {
+    recv_depth.clamp(SLOTS.0, SLOTS.1)
+}
 /// Bytes of one [`Descriptor`] entry.
 pub const DESCRIPTOR_BYTES: usize = 32;
 /// Bytes of one [`Record`] entry.
@@ -118,9 +126,10 @@ impl Record {
     }
 }
 
-/// Offset of RECV `seq`'s entry in a ring of `entry` bytes.
-pub fn slot_offset(seq: u64, entry: usize) -> usize {
-    (seq % SLOTS) as usize * entry
+/// Offset of RECV `seq`'s entry in a ring of `slots` entries of `entry`
+/// bytes.
+pub fn slot_offset(seq: u64, slots: u32, entry: usize) -> usize {
+    (seq % slots.max(1) as u64) as usize * entry
 }
 
 #[cfg(test)]
@@ -132,7 +141,7 @@ mod tests {
         let d = Descriptor { seq: 70, buffer: RemoteAddr { addr: 0x1000_0040, rkey: 9 }, len: 1 << 20 };
         let b = d.encode();
         assert_eq!(Descriptor::decode(&b, 70), Some(d));
-        assert_eq!(Descriptor::decode(&b, 70 - SLOTS), None);
+        assert_eq!(Descriptor::decode(&b, 70 - SLOTS.0 as u64), None);
         assert_eq!(Descriptor::decode(&[0; DESCRIPTOR_BYTES], 0), None, "a zeroed ring holds nothing");
         let mut torn = b;
         torn[24] ^= 1;

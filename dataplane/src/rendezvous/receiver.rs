@@ -5,7 +5,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::{slot_offset, Descriptor, Record, ADVERTISE_ABOVE, AGENT_WR_ID, DESCRIPTOR_BYTES, RECORD_BYTES, SLOTS};
+use super::{
+    ring_slots, slot_offset, Descriptor, Record, ADVERTISE_ABOVE, AGENT_WR_ID, DESCRIPTOR_BYTES, RECORD_BYTES,
+};
 use crate::rnic::{
     AccessFlags, CqAttr, CqHandle, DeviceInfo, Mr, MrHandle, Payload, PdHandle, PortInfo, PostError, Qp, QpHandle,
     QpInitAttr, QpState, QpTransition, RecvWr, RemoteAddr, Rnic, RnicError, SendWr, Wc, WcOpcode, WrOpcode,
@@ -18,6 +20,8 @@ struct RecvQp {
     ring: RemoteAddr,
     /// This end's record ring of this QP (the sender writes it).
     records: Mr,
+    /// Entries of either ring.
+    slots: u32,
     /// RECVs posted, and completed.
     posted: u64,
     completed: u64,
@@ -38,8 +42,9 @@ pub struct RendezvousReceiver<R: Rnic> {
     inner: R,
     /// Regions registered through it: (region, access).
     mrs: Vec<(Mr, AccessFlags)>,
-    /// The PD and send-queue depth each QP was created with.
-    qp_pd: HashMap<QpHandle, (PdHandle, u32)>,
+    /// The PD, send-queue and receive-queue depths each QP was created
+    /// with.
+    qp_pd: HashMap<QpHandle, (PdHandle, u32, u32)>,
     /// Attached QPs, by QP number (completions name the number).
     attached: HashMap<u32, RecvQp>,
     /// QP handle to QP number, for the attached ones.
@@ -63,16 +68,28 @@ impl<R: Rnic> RendezvousReceiver<R> {
         &self.inner
     }
 
+    /// Entries of QP `qp`'s rings ([`ring_slots`] of its receive queue),
+    /// for the sending dataplane's descriptor ring.
+    pub fn ring_slots(&self, qp: QpHandle) -> Result<u32, RnicError> {
+        let (_, _, rq) = self.created(qp)?;
+        Ok(ring_slots(rq))
+    }
+
+    fn created(&self, qp: QpHandle) -> Result<(PdHandle, u32, u32), RnicError> {
+        self.qp_pd.get(&qp).copied().ok_or(RnicError::InvalidArgument(format!("QP {} was not created here", qp.0)))
+    }
+
     /// Attaches QP `qp` (number `qp_num`), whose sending dataplane's
-    /// descriptor ring is `ring`: registers the QP's record ring and
+    /// descriptor ring is `ring` ([`RendezvousReceiver::ring_slots`]
+    /// entries): registers the QP's record ring and
     /// returns its address for the sender. RECVs posted from now on are
     /// advertised; attach before posting any.
     pub fn attach(&mut self, qp: QpHandle, qp_num: u32, ring: RemoteAddr) -> Result<RemoteAddr, RnicError> {
-        let (pd, sq_depth) =
-            *self.qp_pd.get(&qp).ok_or(RnicError::InvalidArgument(format!("QP {} was not created here", qp.0)))?;
+        let (pd, sq_depth, rq_depth) = self.created(qp)?;
+        let slots = ring_slots(rq_depth);
         let records = self.inner.reg_mr(
             pd,
-            SLOTS as usize * RECORD_BYTES,
+            slots as usize * RECORD_BYTES,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )?;
         self.attached.insert(
@@ -81,11 +98,12 @@ impl<R: Rnic> RendezvousReceiver<R> {
                 handle: qp,
                 ring,
                 records,
+                slots,
                 posted: 0,
                 completed: 0,
                 unadvertised: VecDeque::new(),
                 unsignaled: 0,
-                signal_every: (sq_depth / 4).clamp(1, SLOTS as u32 / 2),
+                signal_every: (sq_depth / 4).clamp(1, 32),
             },
         );
         self.numbers.insert(qp, qp_num);
@@ -109,11 +127,11 @@ impl<R: Rnic> RendezvousReceiver<R> {
     }
 
     /// Writes the descriptors of QP `qp_num` whose ring slots are free
-    /// (fewer than [`SLOTS`] RECVs before them outstanding).
+    /// (fewer than the ring's entries of RECVs before them outstanding).
     fn advertise(&mut self, qp_num: u32) {
         let Some(q) = self.attached.get_mut(&qp_num) else { return };
         while let Some(&(seq, desc)) = q.unadvertised.front() {
-            if seq >= q.completed + SLOTS {
+            if seq >= q.completed + q.slots as u64 {
                 break;
             }
             if let Some(d) = desc {
@@ -123,7 +141,7 @@ impl<R: Rnic> RendezvousReceiver<R> {
                     wr_id: AGENT_WR_ID,
                     opcode: WrOpcode::Write {
                         remote: RemoteAddr {
-                            addr: q.ring.addr + slot_offset(seq, DESCRIPTOR_BYTES) as u64,
+                            addr: q.ring.addr + slot_offset(seq, q.slots, DESCRIPTOR_BYTES) as u64,
                             rkey: q.ring.rkey,
                         },
                     },
@@ -149,7 +167,7 @@ impl<R: Rnic> RendezvousReceiver<R> {
         let seq = q.completed;
         q.completed += 1;
         let mut b = [0u8; RECORD_BYTES];
-        if self.inner.read_mr(q.records.handle, slot_offset(seq, RECORD_BYTES), &mut b).is_ok() {
+        if self.inner.read_mr(q.records.handle, slot_offset(seq, q.slots, RECORD_BYTES), &mut b).is_ok() {
             if let Some(r) = Record::decode(&b, seq) {
                 if wc.status == crate::rnic::WcStatus::Success {
                     wc.byte_len = r.len;
@@ -210,7 +228,7 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
 
     fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
         let qp = self.inner.create_qp(pd, attr)?;
-        self.qp_pd.insert(qp.handle, (pd, attr.caps.max_send_wr));
+        self.qp_pd.insert(qp.handle, (pd, attr.caps.max_send_wr, attr.caps.max_recv_wr));
         Ok(qp)
     }
 

@@ -44,8 +44,8 @@ enum Mode {
     Force,
     /// `passthrough` until mid-run, then `fairshare`, then `perf`.
     Swaps,
-    /// `perf` (PeRF never splits a SEND).
-    Perf,
+    /// `passthrough` (never splits).
+    Passthrough,
 }
 
 /// The pieces of a rendezvous run: the dataplane with one tenant of 3 QPs,
@@ -68,7 +68,7 @@ fn setup(msgs: &[Msg], mode: Mode, seed: u64) -> Rig2 {
     let host = match mode {
         Mode::Fairshare => PolicyHost::load("fairshare"),
         Mode::Swaps => PolicyHost::load("passthrough"),
-        Mode::Perf => PolicyHost::load("perf"),
+        Mode::Passthrough => PolicyHost::load("passthrough"),
         Mode::Force => Ok(PolicyHost::new(Box::new(ForceSplit {
             chunk: 4096,
             zw: 1,
@@ -100,7 +100,8 @@ fn setup(msgs: &[Msg], mode: Mode, seed: u64) -> Rig2 {
         let pq = side.qps[i as usize];
         dp.connect_qp(h.id, index, endpoint(&side.nic, pq.qp_num)).expect("connect");
         bring_up(&mut side.nic, pq.handle, ep, all_access()).expect("bring_up");
-        let ring = dp.rendezvous_ring(h.id, index).expect("ring");
+        let slots = side.nic.ring_slots(pq.handle).expect("slots");
+        let ring = dp.rendezvous_ring(h.id, index, slots).expect("ring");
         let records = side.nic.attach(pq.handle, pq.qp_num, ring).expect("attach");
         dp.attach_rendezvous(h.id, index, records).expect("attach_rendezvous");
     }
@@ -229,14 +230,14 @@ proptest! {
 }
 
 /// Large SENDs posted once their RECVs were advertised all go by
-/// rendezvous under `fairshare`, none under `perf` (PeRF never splits a
-/// SEND); both deliver every byte.
+/// rendezvous under a policy that splits them, none under `passthrough`;
+/// all deliver every byte.
 #[test]
-fn large_sends_go_by_rendezvous_under_fairshare_and_whole_under_perf() {
+fn large_sends_go_by_rendezvous_when_split_and_whole_under_passthrough() {
     let msgs: Vec<Msg> =
         (0..12).map(|k| Msg { qp: k % 3, len: 100_000 + k * 777, slack: k * 10, imm: false, burst: 1 }).collect();
     let by = |mode| drive(&msgs, mode, 7).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
     assert_eq!(by(Mode::Fairshare), 12);
     assert_eq!(by(Mode::Force), 12);
-    assert_eq!(by(Mode::Perf), 0);
+    assert_eq!(by(Mode::Passthrough), 0);
 }

@@ -45,8 +45,8 @@
 
 use perf_policy_sdk::abi::MAX_TENANTS;
 use perf_policy_sdk::{
-    parse_param, parse_param_min, Pacing, ParamError, Policy, RequestInfo, RequestOp, SplitPlan, TenantClass,
-    TenantPlan, TenantStats,
+    parse_param, parse_param_min, Pacing, ParamError, Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan,
+    TenantStats,
 };
 
 /// How many QPs of a tenant may be active at once.
@@ -614,8 +614,9 @@ impl Policy for Perf {
     }
 
     fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
-        // PeRF as published never splits a SEND (it consumes one RECV).
-        if req.op == RequestOp::Send || plan.split_threshold == 0 || req.len < plan.split_threshold {
+        // A SEND is split like a WRITE, as the authors' code does with the
+        // receiver splitting its RECVs (here by rendezvous, ABI 1.4).
+        if plan.split_threshold == 0 || req.len < plan.split_threshold {
             return SplitPlan::WHOLE;
         }
         let mut split = plan.split;
