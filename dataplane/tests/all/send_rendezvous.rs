@@ -210,8 +210,10 @@ fn drive(msgs: &[Msg], mode: Mode, seed: u64) -> Result<u64, String> {
             return Err(format!("message {k} ({m:?}): bytes differ at the receiver"));
         }
     }
-    if rendezvous_sends > msgs.iter().filter(|m| !m.imm && m.len > ADVERTISE_ABOVE).count() as u64 {
-        return Err(format!("{rendezvous_sends} rendezvous SENDs for fewer large SENDs"));
+    // Only a SEND whose RECV was advertised (larger than the threshold) can
+    // go by rendezvous.
+    if rendezvous_sends > msgs.iter().filter(|m| !m.imm && m.len + m.slack > ADVERTISE_ABOVE).count() as u64 {
+        return Err(format!("{rendezvous_sends} rendezvous SENDs for fewer advertised RECVs"));
     }
     Ok(rendezvous_sends)
 }
