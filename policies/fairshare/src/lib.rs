@@ -104,7 +104,7 @@ impl Default for FairShareParams {
             tick_ns: 50_000,
             floor_permille: 400,
             hurt_permille: 1150,
-            grow_ticks: 8,
+            grow_ticks: 16,
         }
     }
 }
