@@ -29,8 +29,10 @@
 //!   NIC turn, so no turn of any QP carries much more than a chunk,
 //!   whatever the message sizes and post lists, and a small message waits
 //!   for at most about a chunk of each QP in the NIC. A READ is split into
-//!   chunks without zero-weight WRs (its request carries no payload; the
-//!   responder sends each chunk's response in a turn of its own). A SEND
+//!   chunks of half that size without zero-weight WRs (its request carries
+//!   no payload; the responder sends each chunk's response in a turn of its
+//!   own, and its QP rejoins the responder's ring at once with the next
+//!   response ready, so a message there can wait for two of them). A SEND
 //!   consumes one RECV: one larger than a chunk is split too where the
 //!   receiver's dataplane advertised its RECV (SEND rendezvous: the bytes
 //!   after the first chunk go as WRITE chunks into the RECV's buffer, the
@@ -66,18 +68,32 @@ pub struct FairShareParams {
     pub read_window_kib: u32,
     /// Chunk of a split WRITE, bytes.
     pub chunk_bytes: u32,
-    /// Chunk of a split READ, bytes.
+    /// Chunk of a split READ, bytes. Half a WRITE chunk: a responder QP's
+    /// next response is ready when its turn ends (no WQE to fetch, and no
+    /// zero-weight WR can be posted there), so the QP rejoins its host's
+    /// ring at once and a message there (a ping-pong's reply) may wait for
+    /// the response on the wire and the next one. (`perf-runner matrix`:
+    /// a ping-pong beside a 16-QP 1 MB READ tenant saw x1.5 to x1.8 its
+    /// p99 alone with 8 KiB READ chunks, x1.3 beside 8 KiB WRITE chunks.)
     pub read_chunk_bytes: u32,
     /// Zero-weight WRs after each chunk.
     pub zero_weight: u32,
     /// Tick interval, ns.
     pub tick_ns: u64,
     /// Smallest budget the latency feedback may shrink to, as a fraction
-    /// of the budget (per mille).
+    /// of the budget (per mille); and never below two chunks per
+    /// backlogged tenant (a tenant with one chunk in flight waits a round
+    /// trip for its completion before its next, so a budget shared below
+    /// two chunks each leaves the wire idle whatever the latency asks).
     pub floor_permille: u32,
     /// A sparse tenant is hurt when its mean latency in a tick exceeds its
     /// lowest seen by this factor (per mille).
     pub hurt_permille: u32,
+    /// The budget grows back by its size over this many ticks while no
+    /// sparse tenant is hurt (it shrinks by 1/8 per tick while one is):
+    /// growing slower than it shrinks keeps it mostly below the size at
+    /// which a sparse tenant starts to wait.
+    pub grow_ticks: u32,
 }
 
 impl Default for FairShareParams {
@@ -86,11 +102,12 @@ impl Default for FairShareParams {
             window_kib: 40,
             read_window_kib: 48,
             chunk_bytes: 8192,
-            read_chunk_bytes: 8192,
+            read_chunk_bytes: 4096,
             zero_weight: 1,
             tick_ns: 50_000,
             floor_permille: 400,
             hurt_permille: 1150,
+            grow_ticks: 16,
         }
     }
 }
@@ -197,18 +214,27 @@ impl Policy for FairShare {
     fn on_tick(&mut self, _now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
         let n = stats.len().min(plans.len()).min(MAX_TENANTS);
         let hurt = self.sparse_tenant_hurt(stats, n);
+        let sparse_demand = 2 * self.params.chunk_bytes as u64;
+        let backlogged =
+            stats.iter().take(n).filter(|s| s.backlogged_qps > 0 && Self::demand(s) > sparse_demand).count() as u64;
         let mut kib = [0u16; 2];
-        for (dir, budget_kib) in [(0usize, self.params.window_kib), (1, self.params.read_window_kib)] {
+        let dirs = [
+            (0usize, self.params.window_kib, self.params.chunk_bytes),
+            (1, self.params.read_window_kib, self.params.read_chunk_bytes),
+        ];
+        for (dir, budget_kib, chunk) in dirs {
             // The budget: as large as configured while no sparse tenant
-            // waits longer than it did at its best; shrunk while one does
-            // (down to the floor), grown back by 1/8 per tick.
+            // waits longer than it did at its best; shrunk by 1/8 per tick
+            // while one does (down to the floor), grown back over
+            // `grow_ticks` ticks.
             let max = budget_kib as u64 * 1024;
-            let floor = max * self.params.floor_permille as u64 / 1000;
+            let floor = (max * self.params.floor_permille as u64 / 1000).max(backlogged * 2 * chunk as u64).min(max);
             let b = &mut self.budget[dir];
             if *b == 0 {
                 *b = floor;
             }
-            *b = if hurt { (*b * 7 / 8).max(floor) } else { (*b + max / 8).min(max) };
+            let grow = (max / self.params.grow_ticks as u64).max(1);
+            *b = if hurt { (*b * 7 / 8).max(floor) } else { (*b + grow).min(max) };
             kib[dir] = b.div_ceil(1024).clamp(1, u16::MAX as u64) as u16;
         }
         for p in plans.iter_mut().take(n) {
@@ -254,6 +280,7 @@ impl Policy for FairShare {
             "tick_ns" => p.tick_ns = parse_param_min(value, 10_000u64)?,
             "floor_permille" => p.floor_permille = parse_param_min(value, 1u32)?.min(1000),
             "hurt_permille" => p.hurt_permille = parse_param_min(value, 1000u32)?,
+            "grow_ticks" => p.grow_ticks = parse_param_min(value, 1u32)?,
             _ => return Err(ParamError::UnknownKey),
         }
         Ok(())
@@ -295,6 +322,24 @@ mod tests {
         }
         let floor = p.params.window_kib * p.params.floor_permille / 1000;
         assert!(plans[0].window_kib as u32 <= floor + 1, "{}", plans[0].window_kib);
+    }
+
+    #[test]
+    fn the_budget_keeps_two_chunks_per_backlogged_tenant() {
+        let mut p = FairShare::default();
+        let bulk = TenantStats { ewma_msg_bytes: 1048576.0, mean_latency_ns: 0, completed: 0, ..sparse(0) };
+        let stats = [sparse(1000), bulk, bulk];
+        let mut plans = [TenantPlan::PASSTHROUGH; 3];
+        p.on_tick(0, &stats, &mut plans);
+        let hurt = [sparse(5000), bulk, bulk];
+        for _ in 0..40 {
+            p.on_tick(0, &hurt, &mut plans);
+        }
+        let two_chunks_each = 2 * 2 * p.params.chunk_bytes / 1024;
+        assert!(plans[0].window_kib as u32 >= two_chunks_each, "{}", plans[0].window_kib);
+        assert!((plans[0].window_kib as u32) < p.params.window_kib);
+        let read_two_chunks_each = 2 * 2 * p.params.read_chunk_bytes / 1024;
+        assert!(plans[0].read_window_kib as u32 >= read_two_chunks_each, "{}", plans[0].read_window_kib);
     }
 
     #[test]
