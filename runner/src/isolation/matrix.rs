@@ -45,8 +45,10 @@ pub struct Args {
     /// completed messages, so a message still in flight when the window
     /// closes is not counted: under a fair split, 16 QPs of 1 MB messages
     /// take 2.7 ms per message, and the window has to be long beside that
-    /// (10 ms by default; at 3 ms such tenants read 0.6 of what they sent).
-    #[arg(long, default_value_t = 12.0)]
+    /// (20 ms by default; at 3 ms such tenants read 0.6 of what they sent,
+    /// and at 10 ms a weight-1 tenant of 16 such QPs, held to a quarter of
+    /// the wire, 0.74 of its share).
+    #[arg(long, default_value_t = 22.0)]
     duration_ms: f64,
     /// Warm-up of each run, ms (figures count from here).
     #[arg(long, default_value_t = 2.0)]
