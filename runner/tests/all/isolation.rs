@@ -36,7 +36,8 @@ fn passed(m: &Value, config: &str) -> (u64, u64, u64) {
 }
 
 /// The CI subset of the matrix: every victim and attacker at least once.
-/// `fairshare` passes more cells than PeRF and than no isolation, and keeps
+/// `fairshare` passes at least 95% of it, more cells than PeRF and than no
+/// isolation, and keeps
 /// the NIC as busy as passthrough (within 5%) in every backlogged cell;
 /// every tenant of every row carries its entitlement.
 #[test]
@@ -58,8 +59,9 @@ fn the_flagship_beats_perf_and_passthrough_on_the_ci_matrix() {
     let (none, _, _) = passed(&m, "passthrough");
     assert!(cells >= 18, "{cells} cells");
     assert!(fair > perf && fair > none, "fairshare {fair}, perf {perf}, passthrough {none} of {cells}");
-    // The measured level on this subset (docs/isolation.md): a regression guard.
-    assert!(fair * 100 >= cells * 70, "fairshare passed {fair} of {cells}");
+    // The contract's bar (issue 15): at least 95% of the cells (25 of the
+    // 26 measured, docs/isolation.md).
+    assert!(fair * 100 >= cells * 95, "fairshare passed {fair} of {cells}");
     assert!(fair_not_wc == 0, "fairshare left the NIC idle in {fair_not_wc} backlogged cells");
     for c in m["cells"].as_array().expect("cells") {
         for r in c["rows"].as_array().expect("rows") {
