@@ -183,11 +183,13 @@ fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
     let mut rounds = 0u64;
     let mut start = None;
     let mut bytes = 0u64;
+    // The NIC's time before the measurement starts.
+    let mut nic_before = Duration::ZERO;
     loop {
         let now = clock.clock_ns();
         if start.is_none() && now >= warm_ns {
             start = Some((dp.counters(), now));
-            dp.nic().spent = Duration::ZERO;
+            nic_before = dp.nic().spent;
             in_round = Duration::ZERO;
             rounds = 0;
             bytes = 0;
@@ -236,7 +238,7 @@ fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
         data_wqes: c.data_wqes - c0.data_wqes,
         doorbells: c.doorbells - c0.doorbells,
         in_round,
-        in_nic: dp.nic().spent,
+        in_nic: dp.nic().spent.saturating_sub(nic_before),
         rounds,
         gbps: bytes as f64 * 8.0 / window_ns as f64,
     }

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, TenantHandle, WorkRequest};
+use perf_dataplane::engine::{Dataplane, DataplaneConfig, EngineError, RequestOp, TenantHandle, WorkRequest};
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic, RnicError};
 
@@ -101,7 +101,7 @@ impl DriveSample {
 
 impl<R: Rnic> Load<R> {
     /// Builds the dataplane over `nic` under `policy` with the tenants of `shape`.
-    pub fn new(nic: R, policy: PolicyHost, shape: LoadShape) -> Result<Self, RnicError> {
+    pub fn new(nic: R, policy: PolicyHost, shape: LoadShape) -> Result<Self, EngineError> {
         // Queues sized so that every data QP fits the shared CQs (the
         // paper's scale case has 8001 of them), as `perf-runner run` does.
         let qps = shape.tenants as usize * shape.qps as usize + 1;

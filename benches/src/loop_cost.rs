@@ -39,7 +39,7 @@ pub enum CalibrateError {
         /// The load.
         name: &'static str,
         /// The dataplane's error.
-        source: perf_dataplane::rnic::RnicError,
+        source: perf_dataplane::engine::EngineError,
     },
 }
 
@@ -133,12 +133,12 @@ fn run_load(
     budget: Duration,
 ) -> Result<LoadSample, CalibrateError> {
     let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
-    let load_err = |source| CalibrateError::Load { name, source };
+    let load_err = |source: perf_dataplane::engine::EngineError| CalibrateError::Load { name, source };
     let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;
     load.dp.set_timed(true);
-    load.drive(Duration::ZERO, budget / 10).map_err(load_err)?;
+    load.drive(Duration::ZERO, budget / 10).map_err(|e| load_err(e.into()))?;
     let c0 = load.dp.counters();
-    let s = load.drive(Duration::ZERO, budget).map_err(load_err)?;
+    let s = load.drive(Duration::ZERO, budget).map_err(|e| load_err(e.into()))?;
     let c1 = load.dp.counters();
     let policy_ns = (c1.policy_ns - c0.policy_ns) as f64;
     Ok(LoadSample {

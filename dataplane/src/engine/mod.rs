@@ -22,6 +22,7 @@ mod admission;
 mod chan;
 mod completion;
 pub mod control_qp;
+mod error;
 mod handoff;
 mod intake;
 pub mod loop_cost;
@@ -49,6 +50,7 @@ use crate::policy::PolicyHost;
 use crate::rnic::*;
 use chan::{Arrivals, BoundedRx, BoundedTx};
 use control_qp::ControlQp;
+pub use error::EngineError;
 pub use loop_cost::{LoopCost, PolicyCost, RoundWork};
 pub use operator::{DataplaneSnapshot, OperatorError, OperatorHandle, TenantSnapshot};
 use pacing::TokenBucket;
@@ -426,9 +428,11 @@ impl<R: Rnic> Dataplane<R> {
         })
     }
 
-    /// The NIC (for setup and CPU access to registered memory).
-    pub fn nic(&mut self) -> &mut R {
-        &mut self.nic
+    /// The NIC, read-only (its clock, device and port attributes): what
+    /// the dataplane posts and polls is its own; a tenant's memory is
+    /// reached through the tenant's side of the NIC, not through the loop.
+    pub fn nic(&self) -> &R {
+        &self.nic
     }
 
     /// Counters so far.
@@ -478,7 +482,7 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Adds a tenant with its own protection domain and control QP.
-    pub fn add_tenant(&mut self, name: &str, weight: u32) -> Result<TenantHandle, RnicError> {
+    pub fn add_tenant(&mut self, name: &str, weight: u32) -> Result<TenantHandle, EngineError> {
         let pd = self.nic.alloc_pd()?;
         let pcq = if self.nic.cross_channel() == CrossChannel::InNic {
             Some(ControlQp::new(&mut self.nic, pd)?)
@@ -531,21 +535,18 @@ impl<R: Rnic> Dataplane<R> {
         Ok(TenantHandle { id, name: name.to_string(), qps: 0, req_tx, cpl_rx })
     }
 
-    fn tenant_mut(&mut self, t: u32) -> Result<&mut TenantState, RnicError> {
-        self.tenants.get_mut(t as usize).ok_or(RnicError::InvalidArgument(format!("no tenant {t}")))
+    fn tenant_mut(&mut self, t: u32) -> Result<&mut TenantState, EngineError> {
+        self.tenants.get_mut(t as usize).ok_or(EngineError::NoTenant(t))
     }
 
     /// A tenant that exists and was not removed.
-    fn live_tenant_mut(&mut self, t: u32) -> Result<&mut TenantState, RnicError> {
+    fn live_tenant_mut(&mut self, t: u32) -> Result<&mut TenantState, EngineError> {
         self.tenant_mut(t)?;
-        self.tenants
-            .get_mut(t as usize)
-            .filter(|ts| !ts.removed)
-            .ok_or(RnicError::InvalidArgument(format!("tenant {t} was removed")))
+        self.tenants.get_mut(t as usize).filter(|ts| !ts.removed).ok_or(EngineError::TenantRemoved(t))
     }
 
     /// Registers a buffer for tenant `t`.
-    pub fn reg_mr(&mut self, t: u32, len: usize) -> Result<Mr, RnicError> {
+    pub fn reg_mr(&mut self, t: u32, len: usize) -> Result<Mr, EngineError> {
         let pd = self.live_tenant_mut(t)?.pd;
         let mr = self.nic.reg_mr(
             pd,
@@ -564,7 +565,7 @@ impl<R: Rnic> Dataplane<R> {
         &mut self,
         t: u32,
         register: impl FnOnce(&mut R, PdHandle) -> Result<Mr, RnicError>,
-    ) -> Result<Mr, RnicError> {
+    ) -> Result<Mr, EngineError> {
         let pd = self.live_tenant_mut(t)?.pd;
         let mr = register(&mut self.nic, pd)?;
         self.tenant_mut(t)?.mrs.push(mr);
@@ -573,20 +574,16 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Deregisters tenant `t`'s region `mr`: the tenant's requests can no
     /// longer name it. The caller makes sure nothing in flight uses it.
-    pub fn dereg_mr(&mut self, t: u32, mr: Mr) -> Result<(), RnicError> {
+    pub fn dereg_mr(&mut self, t: u32, mr: Mr) -> Result<(), EngineError> {
         let ts = self.tenant_mut(t)?;
-        let at = ts
-            .mrs
-            .iter()
-            .position(|m| *m == mr)
-            .ok_or(RnicError::InvalidArgument(format!("tenant {t} has no region with lkey {:#x}", mr.lkey)))?;
+        let at = ts.mrs.iter().position(|m| *m == mr).ok_or(EngineError::NoRegion { tenant: t, lkey: mr.lkey })?;
         ts.mrs.swap_remove(at);
-        self.nic.dereg_mr(mr.handle)
+        Ok(self.nic.dereg_mr(mr.handle)?)
     }
 
     /// Creates a data QP for tenant `t` in traffic class `tc`; returns its
     /// index within the tenant and its endpoint for the peer.
-    pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), RnicError> {
+    pub fn create_qp(&mut self, t: u32, tc: u8) -> Result<(u32, QpEndpoint), EngineError> {
         self.live_tenant_mut(t)?;
         // The loop polls a QP's CQEs before it reuses their send-queue
         // slots (and RECVs likewise). When the QPs' queues together hold
@@ -598,11 +595,13 @@ impl<R: Rnic> Dataplane<R> {
         let n = self.qp_count() as u64 + 1;
         let cq = self.cfg.cq_depth as u64;
         if self.cfg.sq_depth as u64 + n * CTRL_RESERVE as u64 > cq || self.cfg.rq_depth as u64 > cq {
-            return Err(RnicError::InvalidArgument(format!(
-                "{n} data QPs of {} send-queue and {} receive-queue slots do not fit the shared completion queues \
-                 ({cq} entries each, {CTRL_RESERVE} per QP kept for control WQEs)",
-                self.cfg.sq_depth, self.cfg.rq_depth
-            )));
+            return Err(EngineError::QueuesDoNotFit {
+                qps: n,
+                sq_depth: self.cfg.sq_depth,
+                rq_depth: self.cfg.rq_depth,
+                cq_depth: self.cfg.cq_depth,
+                reserve: CTRL_RESERVE,
+            });
         }
         let (qp, ep) = self.new_nic_qp(t, tc)?;
         // The rotation pointer counts QPs: bring it up to date first.
@@ -631,7 +630,7 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Creates a data QP on the NIC for tenant `t`, in RESET.
-    fn new_nic_qp(&mut self, t: u32, tc: u8) -> Result<(QpHandle, QpEndpoint), RnicError> {
+    fn new_nic_qp(&mut self, t: u32, tc: u8) -> Result<(QpHandle, QpEndpoint), EngineError> {
         let pd = self.live_tenant_mut(t)?.pd;
         let mut attr = QpInitAttr::new(self.send_cq, self.recv_cq);
         attr.caps = QpCaps { max_send_wr: self.cfg.sq_depth, max_recv_wr: self.cfg.rq_depth, ..QpCaps::default() };
@@ -642,11 +641,10 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Connects tenant `t`'s QP `index` to the peer's `remote`.
-    pub fn connect_qp(&mut self, t: u32, index: u32, remote: QpEndpoint) -> Result<(), RnicError> {
-        let qi =
-            *self.tenant_mut(t)?.qps.get(index as usize).ok_or(RnicError::InvalidArgument(format!("no QP {index}")))?;
+    pub fn connect_qp(&mut self, t: u32, index: u32, remote: QpEndpoint) -> Result<(), EngineError> {
+        let qi = *self.tenant_mut(t)?.qps.get(index as usize).ok_or(EngineError::NoQp { tenant: t, index })?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        connect::bring_up(&mut self.nic, self.qps[qi].nic_qp, remote, access)
+        Ok(connect::bring_up(&mut self.nic, self.qps[qi].nic_qp, remote, access)?)
     }
 
     /// Name of tenant `t`.

@@ -104,7 +104,7 @@ mod tests {
         let tenant = dp.add_tenant("t", 1).expect("tenant");
         let mr = dp.reg_mr(tenant.id, 1 << 20).expect("mr");
         let pattern: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
-        dp.nic().write_mr(mr.handle, 0, &pattern).expect("write");
+        fabric.nic(0).write_mr(mr.handle, 0, &pattern).expect("write");
         let mut peer = Side::new(fabric.nic(1), 1, 1 << 20, 0, 64).expect("peer");
         let (idx, ep) = dp.create_qp(tenant.id, 0).expect("qp");
         dp.connect_qp(tenant.id, idx, connect::endpoint(&peer.nic, peer.qps[0].qp_num)).expect("connect");

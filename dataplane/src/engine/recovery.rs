@@ -23,6 +23,7 @@
 use super::qp::{DpQp, Meta};
 use super::tenant::{Completion, CompletionKind};
 use super::Dataplane;
+use super::EngineError;
 use crate::rnic::*;
 
 /// Which of the loop's shared CQs.
@@ -158,17 +159,16 @@ impl<R: Rnic> Dataplane<R> {
     /// Recreates tenant `t`'s failed QP `index` once every request it held
     /// has completed, and returns the new QP's endpoint: connect it with
     /// [`Dataplane::connect_qp`] to a peer QP that was reset or created for
-    /// it. Fails with [`RnicError::Busy`] while the QP is healthy or still
+    /// it. Fails with [`EngineError::Busy`] while the QP is healthy or still
     /// has requests to complete.
-    pub fn recover_qp(&mut self, t: u32, index: u32) -> Result<QpEndpoint, RnicError> {
-        let qi =
-            *self.tenant_mut(t)?.qps.get(index as usize).ok_or(RnicError::InvalidArgument(format!("no QP {index}")))?;
+    pub fn recover_qp(&mut self, t: u32, index: u32) -> Result<QpEndpoint, EngineError> {
+        let qi = *self.tenant_mut(t)?.qps.get(index as usize).ok_or(EngineError::NoQp { tenant: t, index })?;
         let q = &self.qps[qi];
         if !q.failed {
-            return Err(RnicError::Busy("the QP has not failed"));
+            return Err(EngineError::Busy("the QP has not failed"));
         }
         if q.outstanding > 0 || !q.posted.is_empty() || !q.dead.is_empty() || q.has_work() || !q.recvs.is_empty() {
-            return Err(RnicError::Busy("the failed QP still has requests to complete"));
+            return Err(EngineError::Busy("the failed QP still has requests to complete"));
         }
         let (qp, ep) = self.new_nic_qp(t, self.qps[qi].traffic_class)?;
         let old = std::mem::replace(&mut self.qps[qi], DpQp::new(t, index, qp));

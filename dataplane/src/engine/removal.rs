@@ -19,6 +19,7 @@
 //! (The simulated and verbs NICs have no way here to free a protection
 //! domain: the tenant's stays allocated, empty.)
 
+use super::EngineError;
 use perf_policy_sdk::{Pacing, TenantInfo, TenantPlan};
 
 use super::Dataplane;
@@ -28,10 +29,10 @@ impl<R: Rnic> Dataplane<R> {
     /// Fails every QP of tenant `t` (see the module comment): the NIC
     /// flushes them and the loop completes the rest with `WR_FLUSH_ERR`.
     /// Nothing new of the tenant is posted to the NIC after this.
-    pub fn flush_tenant(&mut self, t: u32) -> Result<(), RnicError> {
+    pub fn flush_tenant(&mut self, t: u32) -> Result<(), EngineError> {
         let live = self.tenant_mut(t)?;
         if live.removed {
-            return Err(RnicError::InvalidArgument(format!("tenant {t} was removed")));
+            return Err(EngineError::TenantRemoved(t));
         }
         // Its requests are no longer the operator's to hold.
         live.paused = false;
@@ -45,7 +46,7 @@ impl<R: Rnic> Dataplane<R> {
                 self.fail_qp(qi, Some(WcStatus::WrFlushErr));
             }
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// Whether tenant `t` has nothing left anywhere: nothing in the NIC,
@@ -63,16 +64,16 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Removes tenant `t` (see the module comment). Fails with
-    /// [`RnicError::Busy`] while it is not idle ([`Dataplane::tenant_idle`];
+    /// [`EngineError::Busy`] while it is not idle ([`Dataplane::tenant_idle`];
     /// [`Dataplane::flush_tenant`] gets it there), and with
-    /// [`RnicError::InvalidArgument`] for a tenant that does not exist or
+    /// [`EngineError::NoTenant`] or [`EngineError::TenantRemoved`] for a tenant that does not exist or
     /// was removed already.
-    pub fn remove_tenant(&mut self, t: u32) -> Result<(), RnicError> {
+    pub fn remove_tenant(&mut self, t: u32) -> Result<(), EngineError> {
         if self.tenant_mut(t)?.removed {
-            return Err(RnicError::InvalidArgument(format!("tenant {t} was removed already")));
+            return Err(EngineError::TenantRemoved(t));
         }
         if !self.tenant_idle(t) {
-            return Err(RnicError::Busy("the tenant still has requests to complete"));
+            return Err(EngineError::Busy("the tenant still has requests to complete"));
         }
         let ts = &mut self.tenants[t as usize];
         ts.removed = true;
@@ -114,7 +115,7 @@ impl<R: Rnic> Dataplane<R> {
         let now = self.nic.clock_ns();
         self.tenants[t as usize].bucket.set(Pacing::UNLIMITED, now);
         self.policy.on_tenant(&TenantInfo { tenant: t, qps: 0, weight });
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// Tenants there are now (removed ones not counted).

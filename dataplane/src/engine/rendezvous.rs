@@ -46,7 +46,7 @@ impl<R: Rnic> Dataplane<R> {
     /// ([`crate::rendezvous::RendezvousReceiver::attach`]): registered in
     /// the tenant's protection domain on the first call, and not among the
     /// tenant's regions (its requests cannot name it).
-    pub fn rendezvous_ring(&mut self, t: u32, index: u32, slots: u32) -> Result<RemoteAddr, RnicError> {
+    pub fn rendezvous_ring(&mut self, t: u32, index: u32, slots: u32) -> Result<RemoteAddr, EngineError> {
         let qi = self.qp_index(t, index)?;
         if let Some(r) = self.qps[qi].rendezvous {
             return Ok(r.ring.remote(0));
@@ -62,18 +62,15 @@ impl<R: Rnic> Dataplane<R> {
     /// Completes the rendezvous handshake of tenant `t`'s QP `index`: the
     /// receiving end's record ring. From now on the SENDs the policy asks
     /// to split go by rendezvous where the receiver advertised the RECV.
-    pub fn attach_rendezvous(&mut self, t: u32, index: u32, records: RemoteAddr) -> Result<(), RnicError> {
+    pub fn attach_rendezvous(&mut self, t: u32, index: u32, records: RemoteAddr) -> Result<(), EngineError> {
         let qi = self.qp_index(t, index)?;
-        let r = self.qps[qi]
-            .rendezvous
-            .as_mut()
-            .ok_or(RnicError::InvalidArgument(format!("QP {index} has no rendezvous ring: ask for it first")))?;
+        let r = self.qps[qi].rendezvous.as_mut().ok_or(EngineError::NoRendezvousRing { tenant: t, index })?;
         r.records = Some(records);
         Ok(())
     }
 
-    fn qp_index(&mut self, t: u32, index: u32) -> Result<usize, RnicError> {
-        self.tenant_mut(t)?.qps.get(index as usize).copied().ok_or(RnicError::InvalidArgument(format!("no QP {index}")))
+    fn qp_index(&mut self, t: u32, index: u32) -> Result<usize, EngineError> {
+        self.tenant_mut(t)?.qps.get(index as usize).copied().ok_or(EngineError::NoQp { tenant: t, index })
     }
 
     /// The buffer of the peer's RECV `seq` on QP `qi`, if the receiving

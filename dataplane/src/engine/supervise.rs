@@ -28,6 +28,7 @@
 //! `Watchdog` exit naming the tenant and QP). Failed QPs are not counted
 //! (their requests complete with flush errors).
 
+use super::EngineError;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,7 +41,7 @@ use super::{Dataplane, DataplaneConfig};
 use crate::policy::loader::{LoadRequest, PolicyLoader, PolicySpec, PrepareError, Prepared};
 use crate::policy::wasm::WasmLimits;
 use crate::policy::PolicyHost;
-use crate::rnic::{Rnic, RnicError};
+use crate::rnic::Rnic;
 
 /// How long a scheduled swap waits for a load still running when its time
 /// comes.
@@ -141,10 +142,9 @@ impl Supervisor {
         swap.min(dog)
     }
 
-    fn loader(&mut self) -> Result<&PolicyLoader, RnicError> {
+    fn loader(&mut self) -> Result<&PolicyLoader, EngineError> {
         if self.loader.is_none() {
-            let l = PolicyLoader::spawn()
-                .map_err(|e| RnicError::InvalidArgument(format!("cannot start the policy loader: {e}")))?;
+            let l = PolicyLoader::spawn().map_err(EngineError::LoaderStart)?;
             self.loader = Some(l);
         }
         Ok(self.loader.as_ref().expect("just set"))
@@ -185,13 +185,13 @@ impl<R: Rnic> Dataplane<R> {
             .collect()
     }
 
-    fn submit_swap(&mut self, spec: PolicySpec, limits: WasmLimits, at_ns: Option<u64>) -> Result<u64, RnicError> {
+    fn submit_swap(&mut self, spec: PolicySpec, limits: WasmLimits, at_ns: Option<u64>) -> Result<u64, EngineError> {
         let tenants = self.tenant_infos();
         let id = self.sup.next_id;
         self.sup.next_id += 1;
         let label = spec.label();
         if !self.sup.loader()?.submit(LoadRequest { id, spec, limits, tenants }) {
-            return Err(RnicError::InvalidArgument(format!("the policy loader is gone; {label} not loaded")));
+            return Err(EngineError::LoaderGone(label));
         }
         self.sup.pending.push_back(Pending { id, at_ns, ready: None });
         Ok(id)
@@ -201,7 +201,7 @@ impl<R: Rnic> Dataplane<R> {
     /// modules under `limits`) and the loop switches at the first round
     /// boundary after it is ready. Returns the swap's id. Swaps apply in
     /// the order they were asked for.
-    pub fn request_swap(&mut self, spec: PolicySpec, limits: WasmLimits) -> Result<u64, RnicError> {
+    pub fn request_swap(&mut self, spec: PolicySpec, limits: WasmLimits) -> Result<u64, EngineError> {
         self.submit_swap(spec, limits, None)
     }
 
@@ -209,7 +209,7 @@ impl<R: Rnic> Dataplane<R> {
     /// loader starts preparing it now; the loop switches at the first round
     /// at or after `at_ns` (waiting for the loader then if it is still
     /// busy, so that scripted swaps in virtual time are deterministic).
-    pub fn schedule_swap(&mut self, at_ns: u64, spec: PolicySpec, limits: WasmLimits) -> Result<u64, RnicError> {
+    pub fn schedule_swap(&mut self, at_ns: u64, spec: PolicySpec, limits: WasmLimits) -> Result<u64, EngineError> {
         self.submit_swap(spec, limits, Some(at_ns))
     }
 

@@ -7,8 +7,7 @@
 //! traffic runs as usual.
 
 use crate::common::*;
-use perf_dataplane::engine::OperatorError;
-use perf_dataplane::rnic::RnicError;
+use perf_dataplane::engine::{EngineError, OperatorError};
 
 /// Splits everything, one active QP per tenant: at the flush most of the
 /// work is held in software, some is in the NIC.
@@ -37,7 +36,7 @@ fn a_tenant_flushed_mid_run_completes_everything_once_then_is_removed_and_its_ro
     post_batch(&mut rig, &mut la, a, 30, 0, 300);
     post_batch(&mut rig, &mut lb, b, 2, 10_000, 40);
     rig.pump();
-    assert!(matches!(rig.dp.remove_tenant(ta), Err(RnicError::Busy(_))), "a busy tenant is not removed");
+    assert!(matches!(rig.dp.remove_tenant(ta), Err(EngineError::Busy(_))), "a busy tenant is not removed");
     assert!(!rig.dp.tenant_idle(ta));
     // The application leaves: flush, then what it had posted after it.
     rig.dp.flush_tenant(ta).expect("flush");
@@ -53,7 +52,7 @@ fn a_tenant_flushed_mid_run_completes_everything_once_then_is_removed_and_its_ro
     // Nothing left: removed; a second removal, a pause or a QP of it are errors.
     assert!(rig.dp.tenant_idle(ta));
     rig.dp.remove_tenant(ta).expect("remove");
-    assert!(matches!(rig.dp.remove_tenant(ta), Err(RnicError::InvalidArgument(_))));
+    assert!(matches!(rig.dp.remove_tenant(ta), Err(EngineError::TenantRemoved(_))));
     assert!(rig.dp.create_qp(ta, 0).is_err());
     assert!(matches!(rig.dp.set_paused("a", true), Err(OperatorError::UnknownTenant { .. })));
     assert_eq!((rig.dp.tenant_count(), rig.dp.qp_count()), (1, 2));
