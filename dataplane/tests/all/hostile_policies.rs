@@ -103,19 +103,23 @@ fn the_default_call_budget_cuts_off_loops_and_traffic_goes_on() {
         tick_fuel_per_tenant: 0,
         backstop: Duration::from_millis(1),
     }));
+    // A tight loop spends its fuel at a rate near the backstop's bar (a
+    // fuel unit or two per ns), so on a loaded machine whichever bound
+    // comes first stops it; both are the call budget.
+    let either = ["fuel", "interrupt"].as_slice();
     for (label, hook, limits, why) in [
-        ("loop_tick", "on_tick", default, "fuel"),
-        ("loop_request", "on_request", default, "fuel"),
-        ("loop_tick", "on_tick", backstop_only, "interrupt"),
+        ("loop_tick", "on_tick", default, either),
+        ("loop_request", "on_request", default, either),
+        ("loop_tick", "on_tick", backstop_only, ["interrupt"].as_slice()),
         // Little fuel per unit of time: the default backstop stops it.
-        ("log_loop_tick", "on_tick", default, "interrupt"),
+        ("log_loop_tick", "on_tick", default, ["interrupt"].as_slice()),
     ] {
         let (rec, running, exits) = swap_in_under(adversarial::path(label).into(), DataplaneConfig::default(), limits);
         assert_eq!(rec.outcome, SwapOutcome::Accepted, "{label}");
         assert_eq!(running, "passthrough", "{label}: dropped for the fallback");
         let e = exits.last().unwrap_or_else(|| panic!("{label}: no exit recorded"));
         assert_eq!((e.kind, e.hook, e.policy.as_str()), (FaultKind::Timeout, hook, "hostile"), "{label}: {e:?}");
-        assert!(e.message.contains(why), "{label}: stopped by {why}? {}", e.message);
+        assert!(why.iter().any(|w| e.message.contains(w)), "{label}: stopped by {why:?}? {}", e.message);
     }
 }
 
