@@ -99,7 +99,7 @@ pub struct FairShareParams {
 impl Default for FairShareParams {
     fn default() -> Self {
         FairShareParams {
-            window_kib: 40,
+            window_kib: 44,
             read_window_kib: 48,
             chunk_bytes: 8192,
             read_chunk_bytes: 4096,
