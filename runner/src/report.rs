@@ -368,6 +368,14 @@ impl Report {
             self.cost.wqes_per_msg,
             self.cost.policy_calls_per_msg
         );
+        if d.pipeline_delay_ns != [0, 0] {
+            let [send, read] = d.pipeline_delay_ns.map(|ns| if ns == 0 { "-".to_string() } else { format!("{ns} ns") });
+            let _ = writeln!(
+                s,
+                "fair admission: pipeline delay {send} (WRITE / SEND), {read} (READ), the budget's floor; {} window holds",
+                d.window_holds
+            );
+        }
         let _ = writeln!(s, "{}", self.loop_cost.line());
         if let Some(rt) = &self.realtime {
             let core = match (rt.core, rt.pinned) {

@@ -25,6 +25,11 @@
 //! turn, so a tenant with few QPs would see its WQEs wait longer than one
 //! with many).
 //!
+//! Whatever the plans ask, the budget never falls below the bandwidth-delay
+//! product of the NIC's pipeline, measured (`pipeline.rs`): below it the
+//! wire waits for completions to travel back, so a policy's window can
+//! shorten what queues in the NIC but not idle the link.
+//!
 //! The loop sees completions, and refills the NIC, once per round: in
 //! virtual time with the loop's cost charged (`loop_cost.rs`) the budget
 //! grows by what the link moves during two rounds (the last one's length),
@@ -59,7 +64,16 @@ impl<R: Rnic> Dataplane<R> {
         // in the one after (a round posts before it polls), so the budget
         // also covers what the link moves in two rounds.
         let round_bytes = (2.0 * self.link_bytes_per_ns * self.clock.last_round_ps as f64 / 1000.0) as u64;
-        let budget = self.window_budget.map(|b| if b == 0 { 0 } else { b + round_bytes });
+        // Never below the bandwidth-delay product of the NIC's pipeline
+        // (`pipeline.rs`), whatever the plans ask: work conservation.
+        let link = self.link_bytes_per_ns;
+        let mut budget = [0u64; 2];
+        for (dir, b) in budget.iter_mut().enumerate() {
+            let window = self.window_budget[dir];
+            if window > 0 {
+                *b = window.max(self.pipeline.floor_bytes(dir == 1, link)) + round_bytes;
+            }
+        }
         let mut total = self.windowed_inflight;
         // The candidates in the walk's order: from `admit_next` round.
         let mut cands = std::mem::take(&mut self.scratch.admit);

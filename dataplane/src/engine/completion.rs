@@ -113,10 +113,14 @@ impl<R: Rnic> Dataplane<R> {
         let mut hidden = 0u64;
         let mut released = [0u64; 2];
         let mut retired = 0u64;
+        let mut this_seq = None;
         while let Some((seq, meta, charge)) = q.posted.pop_front() {
             retired += 1;
             released[charge.read as usize] += charge.bytes as u64;
             let this = seq & WR_SEQ_MASK == seq_low;
+            if this {
+                this_seq = Some(seq);
+            }
             let status = if this { wc.status } else { WcStatus::Success };
             match meta {
                 Meta::Hidden | Meta::Release => {
@@ -143,6 +147,10 @@ impl<R: Rnic> Dataplane<R> {
             if this {
                 break;
             }
+        }
+        if let Some(seq) = this_seq.filter(|_| wc.status.is_ok() && self.plans[t].windowed()) {
+            self.pipeline.completed(qi, seq, now, self.link_bytes_per_ns, released);
+            self.counters.pipeline_delay_ns = self.pipeline.delay_ns().map(|d| d.unwrap_or(0));
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
         self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));

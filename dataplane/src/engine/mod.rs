@@ -29,6 +29,7 @@ pub mod loop_cost;
 mod operator;
 mod pacing;
 mod pinned;
+mod pipeline;
 mod post;
 mod qp;
 mod ready;
@@ -146,6 +147,10 @@ pub struct DataplaneCounters {
     /// Times fair admission stopped a tenant because the shared in-flight
     /// budget was full (the plans' `window_kib` / `read_window_kib`).
     pub window_holds: u64,
+    /// The NIC pipeline's delay fair admission measured, ns, for WRITE /
+    /// SEND data and for READs (0: not measured): its budget never falls
+    /// below the link's rate times it (`engine/pipeline.rs`).
+    pub pipeline_delay_ns: [u64; 2],
     /// Times a QP found no room for its WQEs in the shared send CQ's
     /// budget (only when the QPs' send queues together oversubscribe it).
     pub cq_budget_holds: u64,
@@ -307,6 +312,9 @@ pub struct Dataplane<R: Rnic> {
     window_budget: [u64; 2],
     /// Bytes the windowed tenants hold in flight, per direction.
     windowed_inflight: [u64; 2],
+    /// The NIC pipeline's measured delay: fair admission's budget never
+    /// falls below its bandwidth-delay product ([`pipeline`]).
+    pipeline: pipeline::Pipeline,
     /// The policy's rate limit of each tenant (applied to the buckets).
     pacing: Vec<Pacing>,
     next_tick_ns: u64,
@@ -406,6 +414,7 @@ impl<R: Rnic> Dataplane<R> {
             admit_next: 0,
             window_budget: [0; 2],
             windowed_inflight: [0; 2],
+            pipeline: pipeline::Pipeline::default(),
             pacing: Vec::new(),
             next_tick_ns: 0,
             wcs: vec![Wc::EMPTY; 256],

@@ -186,6 +186,11 @@ impl<R: Rnic> Dataplane<R> {
                     let bytes: u64 = specs[before..].iter().filter_map(|s| s.sge).map(|g| g.length as u64).sum();
                     self.tenants[t].bucket.take(bytes);
                     if let Some(c) = specs.get(before).map(|s| s.charge) {
+                        if plan.windowed() && c.bytes > 0 {
+                            let ahead = self.windowed_inflight[c.read as usize];
+                            let seq = q.next_seq + before as u64;
+                            self.pipeline.posted(c.read, qi, seq, now, c.bytes as u64, ahead);
+                        }
                         self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
                     }
                     // Under a window, every chunk is signaled: its CQE gives

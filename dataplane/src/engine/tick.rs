@@ -45,6 +45,7 @@ impl<R: Rnic> Dataplane<R> {
 
     pub(super) fn tick(&mut self, now: u64) {
         self.counters.ticks += 1;
+        self.pipeline.tick();
         self.rescue_stalls();
         self.next_tick_ns = now + self.policy.tick_interval_ns();
         let stats: Vec<TenantStats> = self

@@ -20,6 +20,7 @@ use super::cells::{cells, Cell};
 use super::contract::{entitlements, judge, Verdict, LATENCY_CEILING, THROUGHPUT_FLOOR};
 use super::entitlement::Costs;
 use crate::compare_cmd::{split_hw, split_policies};
+use crate::loop_cost::LoopChoice;
 use crate::report::{Report, TenantReport};
 use crate::run_cmd::{parse_hw, run_scenario_with, RunOptions};
 use crate::scenario::Scenario;
@@ -78,6 +79,13 @@ pub struct Args {
     /// the cells, as `POLICY=FRACTION` (e.g. `fairshare=0.95`).
     #[arg(long, value_name = "POLICY=FRACTION")]
     require: Vec<String>,
+    /// What the dataplane loop's work costs in virtual time, in every run
+    /// and alone run: `zero` (a free loop, the default here, so that the
+    /// cells judge the policies' mechanisms alone), `measured` (the
+    /// reference machine's figures, docs/loop-cost.md) or a file
+    /// `perf-runner calibrate-loop` wrote.
+    #[arg(long = "loop-cost", value_name = "zero|measured|FILE", default_value = "zero")]
+    loop_cost: String,
 }
 
 /// One tenant of one row, judged.
@@ -146,6 +154,8 @@ pub struct Summary {
 pub struct Matrix {
     /// RNIC profile.
     pub profile: String,
+    /// The loop's cost model every run was charged (`zero`: a free loop).
+    pub loop_cost: String,
     /// Run length and warm-up, ms.
     pub duration_ms: f64,
     /// Warm-up, ms.
@@ -189,7 +199,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         configs.push((hw.clone(), "passthrough".into(), hw));
     }
     let requires = a.require.iter().map(|r| parse_require(r, &configs)).collect::<anyhow::Result<Vec<_>>>()?;
-    let m = run_matrix(&grid, &configs, &profile, a.threads)?;
+    let loop_cost = LoopChoice::parse(&a.loop_cost).context("--loop-cost")?;
+    let m = run_matrix(&grid, &configs, &profile, &loop_cost, a.threads)?;
     print!("{}", table(&m, a.verbose));
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_string_pretty(&m)?)
@@ -225,6 +236,7 @@ pub fn run_matrix(
     grid: &[Cell],
     configs: &[(String, String, String)],
     profile: &RnicProfile,
+    loop_cost: &LoopChoice,
     threads: Option<usize>,
 ) -> anyhow::Result<Matrix> {
     // Alone runs, one per distinct tenant (a tenant keeps its name across cells).
@@ -252,14 +264,14 @@ pub fn run_matrix(
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = jobs.get(i) else { break };
                 let result = match job {
-                    Job::Alone(name) => run_one(&alone_specs[name], "passthrough", "rr").map(|r| {
+                    Job::Alone(name) => run_one(&alone_specs[name], "passthrough", "rr", loop_cost).map(|r| {
                         if let Some(t) = r.tenants.into_iter().next() {
                             lock(&alone).insert(name.clone(), t);
                         }
                     }),
                     Job::Run(c, k) => {
                         let (_, policy, hw) = &configs[*k];
-                        run_one(&grid[*c].scenario, policy, hw)
+                        run_one(&grid[*c].scenario, policy, hw, loop_cost)
                             .with_context(|| format!("cell {:?} under {}", grid[*c].name, configs[*k].0))
                             .map(|r| {
                                 lock(&reports).insert((*c, *k), r);
@@ -332,15 +344,22 @@ pub fn run_matrix(
     let summary = configs.iter().map(|(config, _, _)| summarize(config, &cells_out)).collect();
     // Every cell of a grid runs for the same time.
     let (duration_ms, warmup_ms) = grid.first().map_or((0.0, 0.0), |c| (c.scenario.duration_ms, c.scenario.warmup_ms));
-    Ok(Matrix { profile: profile.name.to_string(), duration_ms, warmup_ms, summary, cells: cells_out })
+    Ok(Matrix {
+        profile: profile.name.to_string(),
+        loop_cost: loop_cost.source.clone(),
+        duration_ms,
+        warmup_ms,
+        summary,
+        cells: cells_out,
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn run_one(sc: &Scenario, policy: &str, hw: &str) -> anyhow::Result<Report> {
-    run_scenario_with(sc, policy, &parse_hw(hw)?, &RunOptions::default())
+fn run_one(sc: &Scenario, policy: &str, hw: &str, loop_cost: &LoopChoice) -> anyhow::Result<Report> {
+    run_scenario_with(sc, policy, &parse_hw(hw)?, &RunOptions { loop_cost: loop_cost.clone(), ..RunOptions::default() })
 }
 
 fn summarize(config: &str, cells: &[CellResult]) -> Summary {
@@ -392,9 +411,10 @@ pub fn table(m: &Matrix, verbose: bool) -> String {
     let cw = configs.iter().map(|c| c.len()).max().unwrap_or(6).max(6) + 1;
     let _ = writeln!(
         s,
-        "matrix: {} cells, profile {}, {} ms runs ({} ms warm-up); per tenant: pass if Gb/s & Mmsg/s >= {THROUGHPUT_FLOOR} x entitlement,",
+        "matrix: {} cells, profile {}, loop cost {}, {} ms runs ({} ms warm-up); per tenant: pass if Gb/s & Mmsg/s >= {THROUGHPUT_FLOOR} x entitlement,",
         m.cells.len(),
         m.profile,
+        m.loop_cost,
         m.duration_ms,
         m.warmup_ms
     );
