@@ -27,11 +27,11 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig};
-use perf_dataplane::perftest::App;
 use perf_dataplane::rnic::sizing::fit_queue_depths;
 use perf_dataplane::rnic::verbs::oob::{ConnInfo, OobConn};
 use perf_dataplane::rnic::verbs::open::{open_verbs_with, GidChoice};
 use perf_dataplane::rnic::*;
+use perf_dataplane::traffic::App;
 
 use crate::driver::NicTimeline;
 use crate::report::{Report, RnicReport};

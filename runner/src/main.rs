@@ -20,7 +20,7 @@ mod serve;
 mod workload;
 
 use clap::{Parser, Subcommand};
-use perf_dataplane::perftest::TestOp;
+use perf_dataplane::traffic::TestOp;
 use perftest_cmd::Test;
 
 /// Runs PeRF-rs scenarios on the simulated (or a real) RNIC.

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, TenantHandle};
-use perf_dataplane::perftest::{App, Side};
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::{LoadError, WasmLimits};
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rendezvous::RendezvousReceiver;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
+use perf_dataplane::traffic::{App, Side};
 
 use crate::driver::{drive, NicTimeline};
 use crate::loop_cost::{LoopChoice, LoopCostArgs, LoopReport};

@@ -39,18 +39,18 @@
 //! QP of 1 MB messages in a 50 ms window), where whole-message counting
 //! was off by up to a whole message per QP either way. `completed` and the
 //! latency histogram keep every message completed in the window.
-//! `write-bw` (`perf_dataplane::perftest::bw`) measures between each QP's
+//! `write-bw` (`perf_dataplane::traffic::bw`) measures between each QP's
 //! completions for the same reason.
 
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
 use perf_dataplane::engine::{CompletionKind, RequestOp, TenantHandle, WorkRequest};
-use perf_dataplane::perftest::bw::BwServer;
-use perf_dataplane::perftest::lat::{new_histogram, LatConfig, LatServer};
-use perf_dataplane::perftest::{App, AppError, Side, TestOp};
 use perf_dataplane::rnic::sim::SimRnic;
 use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic};
+use perf_dataplane::traffic::bw::BwServer;
+use perf_dataplane::traffic::lat::{new_histogram, LatConfig, LatServer};
+use perf_dataplane::traffic::{App, AppError, Side, TestOp};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use perf_dataplane::policy::perf::Perf;
+use perf_dataplane::policy::perf_policy::Perf;
 use perf_dataplane::policy::wasm::{
     embedded, CallBudget, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
     DEFAULT_TICK_FUEL_PER_TENANT,
