@@ -14,6 +14,7 @@
 
 pub mod connect;
 mod error;
+mod forward;
 pub mod host_only;
 pub mod sim;
 pub mod sizing;
