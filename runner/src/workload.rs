@@ -332,16 +332,21 @@ impl<N: Rnic> TenantApp<N> {
         }
     }
 
+    /// Counts a completion taken from the dataplane, and its failure.
+    fn count_taken(&mut self, ok: bool) {
+        self.taken += 1;
+        if !ok {
+            self.result.errors += 1;
+            self.failed = true;
+        }
+    }
+
     /// Takes completions of a bw or open tenant.
     fn reap(&mut self) -> bool {
         let mut did = false;
         while let Some(c) = self.handle.poll() {
             did = true;
-            self.taken += 1;
-            if !c.status.is_ok() {
-                self.result.errors += 1;
-                self.failed = true;
-            }
+            self.count_taken(c.status.is_ok());
             let qp = c.qp as usize;
             self.outstanding[qp] = self.outstanding[qp].saturating_sub(1);
             // Open loop: latency runs from the arrival, not the post.
@@ -424,11 +429,7 @@ impl<N: Rnic> TenantApp<N> {
         let mut replied = false;
         while let Some(c) = self.handle.poll() {
             did = true;
-            self.taken += 1;
-            if !c.status.is_ok() {
-                self.result.errors += 1;
-                self.failed = true;
-            }
+            self.count_taken(c.status.is_ok());
             if c.kind == CompletionKind::Send {
                 self.outstanding[0] = self.outstanding[0].saturating_sub(1);
             }

@@ -13,6 +13,7 @@
 //! safe code can reach freed NIC state.
 
 pub mod connect;
+mod cq_ring;
 mod error;
 mod forward;
 pub mod host_only;
