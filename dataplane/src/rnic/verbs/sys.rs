@@ -111,6 +111,23 @@ fn rc_errno(rc: c_int) -> i32 {
     }
 }
 
+/// Destroys a verbs object once: `destroy` (its `ibv_destroy_*` or
+/// `ibv_dereg_mr`) runs only if `released` is not set yet. A failure leaves
+/// the object to the device, so `keep` leaks what the device may still
+/// reach, and the errno is reported.
+fn release_once(released: &mut bool, destroy: impl FnOnce() -> c_int, keep: impl FnOnce()) -> Result<(), RnicError> {
+    if *released {
+        return Ok(());
+    }
+    *released = true;
+    let rc = destroy();
+    if rc != 0 {
+        keep();
+        return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
+    }
+    Ok(())
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions; it returns -1 on error.
@@ -593,19 +610,17 @@ impl Mr {
     }
 
     fn release(&mut self) -> Result<(), RnicError> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        // SAFETY: the MR is live and deregistered once (`released`).
-        let rc = unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
-        if rc != 0 {
+        let mr = self.ptr.as_ptr();
+        release_once(
+            &mut self.released,
+            // SAFETY: the MR is live and deregistered once (`released`).
+            || unsafe { ffi::ibv_dereg_mr(mr) },
             // The NIC may still reach the buffer: never free it, keep the PD.
-            std::mem::forget(self.buf.take());
-            std::mem::forget(self.pd.clone());
-            return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
-        }
-        Ok(())
+            || {
+                std::mem::forget(self.buf.take());
+                std::mem::forget(self.pd.clone());
+            },
+        )
     }
 }
 
@@ -1103,21 +1118,20 @@ impl Qp {
     }
 
     fn release(&mut self) -> Result<(), RnicError> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        // SAFETY: the QP is live and destroyed once (`released`); its PD and
-        // CQs are kept alive by the Arcs this struct holds until after this.
-        let rc = unsafe { ffi::ibv_destroy_qp(self.ptr.as_ptr()) };
-        if rc != 0 {
+        let qp = self.ptr.as_ptr();
+        release_once(
+            &mut self.released,
+            // SAFETY: the QP is live and destroyed once (`released`); its PD
+            // and CQs are kept alive by the Arcs this struct holds until
+            // after this.
+            || unsafe { ffi::ibv_destroy_qp(qp) },
             // The device still holds the QP: keep what it references.
-            std::mem::forget(self.pd.clone());
-            std::mem::forget(self.send_cq.clone());
-            std::mem::forget(self.recv_cq.clone());
-            return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
-        }
-        Ok(())
+            || {
+                std::mem::forget(self.pd.clone());
+                std::mem::forget(self.send_cq.clone());
+                std::mem::forget(self.recv_cq.clone());
+            },
+        )
     }
 }
 
