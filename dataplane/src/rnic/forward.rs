@@ -18,7 +18,7 @@
 ///
 /// ```ignore
 /// impl<R: Rnic> Rnic for Counting<R> {
-///     fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+///     fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> ::core::result::Result<(), PostError> {
 ///         self.posts += wrs.len();
 ///         self.inner.post_send(qp, wrs)
 ///     }
@@ -30,155 +30,84 @@
 #[macro_export]
 macro_rules! forward_rnic {
     (|$s:ident| $to:expr; $($method:ident),+ $(,)?) => {
-        $( $crate::forward_rnic!(@one $method |$s| $to); )+
+        $( $crate::forward_rnic!(@sig $method |$s| $to); )+
     };
-    (@one device_info |$s:ident| $to:expr) => {
-        fn device_info(&self) -> $crate::rnic::DeviceInfo {
+    // Each method's receiver, arguments and result, as the trait has them.
+    (@sig device_info $($to:tt)+) => {
+        $crate::forward_rnic!(@ref device_info() -> $crate::rnic::DeviceInfo; $($to)+);
+    };
+    (@sig cross_channel $($to:tt)+) => {
+        $crate::forward_rnic!(@ref cross_channel() -> $crate::rnic::CrossChannel; $($to)+);
+    };
+    (@sig port_info $($to:tt)+) => { $crate::forward_rnic!(@ref port_info() -> $crate::rnic::PortInfo; $($to)+); };
+    (@sig clock_ns $($to:tt)+) => { $crate::forward_rnic!(@ref clock_ns() -> u64; $($to)+); };
+    (@sig alloc_pd $($to:tt)+) => {
+        $crate::forward_rnic!(@mut alloc_pd()
+            -> ::core::result::Result<$crate::rnic::PdHandle, $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig reg_mr $($to:tt)+) => {
+        $crate::forward_rnic!(@mut reg_mr(pd: $crate::rnic::PdHandle, len: usize, access: $crate::rnic::AccessFlags)
+            -> ::core::result::Result<$crate::rnic::Mr, $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig dereg_mr $($to:tt)+) => {
+        $crate::forward_rnic!(@mut dereg_mr(mr: $crate::rnic::MrHandle)
+            -> ::core::result::Result<(), $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig write_mr $($to:tt)+) => {
+        $crate::forward_rnic!(@mut write_mr(mr: $crate::rnic::MrHandle, offset: usize, data: &[u8])
+            -> ::core::result::Result<(), $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig read_mr $($to:tt)+) => {
+        $crate::forward_rnic!(@ref read_mr(mr: $crate::rnic::MrHandle, offset: usize, out: &mut [u8])
+            -> ::core::result::Result<(), $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig create_cq $($to:tt)+) => {
+        $crate::forward_rnic!(@mut create_cq(attr: $crate::rnic::CqAttr)
+            -> ::core::result::Result<$crate::rnic::CqHandle, $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig destroy_cq $($to:tt)+) => {
+        $crate::forward_rnic!(@mut destroy_cq(cq: $crate::rnic::CqHandle)
+            -> ::core::result::Result<(), $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig create_qp $($to:tt)+) => {
+        $crate::forward_rnic!(@mut create_qp(pd: $crate::rnic::PdHandle, attr: $crate::rnic::QpInitAttr)
+            -> ::core::result::Result<$crate::rnic::Qp, $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig modify_qp $($to:tt)+) => {
+        $crate::forward_rnic!(@mut modify_qp(qp: $crate::rnic::QpHandle, transition: $crate::rnic::QpTransition)
+            -> ::core::result::Result<(), $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig qp_state $($to:tt)+) => {
+        $crate::forward_rnic!(@ref qp_state(qp: $crate::rnic::QpHandle)
+            -> ::core::result::Result<$crate::rnic::QpState, $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig destroy_qp $($to:tt)+) => {
+        $crate::forward_rnic!(@mut destroy_qp(qp: $crate::rnic::QpHandle)
+            -> ::core::result::Result<(), $crate::rnic::RnicError>; $($to)+);
+    };
+    (@sig post_send $($to:tt)+) => {
+        $crate::forward_rnic!(@mut post_send(qp: $crate::rnic::QpHandle, wrs: &[$crate::rnic::SendWr<'_>])
+            -> ::core::result::Result<(), $crate::rnic::PostError>; $($to)+);
+    };
+    (@sig post_recv $($to:tt)+) => {
+        $crate::forward_rnic!(@mut post_recv(qp: $crate::rnic::QpHandle, wrs: &[$crate::rnic::RecvWr<'_>])
+            -> ::core::result::Result<(), $crate::rnic::PostError>; $($to)+);
+    };
+    (@sig poll_cq $($to:tt)+) => {
+        $crate::forward_rnic!(@mut poll_cq(cq: $crate::rnic::CqHandle, out: &mut [$crate::rnic::Wc])
+            -> ::core::result::Result<usize, $crate::rnic::RnicError>; $($to)+);
+    };
+    // The method itself: `self` and its use come from the same arm.
+    (@ref $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; |$s:ident| $to:expr) => {
+        fn $name(&self, $($arg: $ty),*) -> $ret {
             let $s = self;
-            $to.device_info()
+            $to.$name($($arg),*)
         }
     };
-    (@one cross_channel |$s:ident| $to:expr) => {
-        fn cross_channel(&self) -> $crate::rnic::CrossChannel {
+    (@mut $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; |$s:ident| $to:expr) => {
+        fn $name(&mut self, $($arg: $ty),*) -> $ret {
             let $s = self;
-            $to.cross_channel()
-        }
-    };
-    (@one port_info |$s:ident| $to:expr) => {
-        fn port_info(&self) -> $crate::rnic::PortInfo {
-            let $s = self;
-            $to.port_info()
-        }
-    };
-    (@one clock_ns |$s:ident| $to:expr) => {
-        fn clock_ns(&self) -> u64 {
-            let $s = self;
-            $to.clock_ns()
-        }
-    };
-    (@one alloc_pd |$s:ident| $to:expr) => {
-        fn alloc_pd(&mut self) -> ::core::result::Result<$crate::rnic::PdHandle, $crate::rnic::RnicError> {
-            let $s = self;
-            $to.alloc_pd()
-        }
-    };
-    (@one reg_mr |$s:ident| $to:expr) => {
-        fn reg_mr(
-            &mut self,
-            pd: $crate::rnic::PdHandle,
-            len: usize,
-            access: $crate::rnic::AccessFlags,
-        ) -> ::core::result::Result<$crate::rnic::Mr, $crate::rnic::RnicError> {
-            let $s = self;
-            $to.reg_mr(pd, len, access)
-        }
-    };
-    (@one dereg_mr |$s:ident| $to:expr) => {
-        fn dereg_mr(&mut self, mr: $crate::rnic::MrHandle) -> ::core::result::Result<(), $crate::rnic::RnicError> {
-            let $s = self;
-            $to.dereg_mr(mr)
-        }
-    };
-    (@one write_mr |$s:ident| $to:expr) => {
-        fn write_mr(
-            &mut self,
-            mr: $crate::rnic::MrHandle,
-            offset: usize,
-            data: &[u8],
-        ) -> ::core::result::Result<(), $crate::rnic::RnicError> {
-            let $s = self;
-            $to.write_mr(mr, offset, data)
-        }
-    };
-    (@one read_mr |$s:ident| $to:expr) => {
-        fn read_mr(
-            &self,
-            mr: $crate::rnic::MrHandle,
-            offset: usize,
-            out: &mut [u8],
-        ) -> ::core::result::Result<(), $crate::rnic::RnicError> {
-            let $s = self;
-            $to.read_mr(mr, offset, out)
-        }
-    };
-    (@one create_cq |$s:ident| $to:expr) => {
-        fn create_cq(
-            &mut self,
-            attr: $crate::rnic::CqAttr,
-        ) -> ::core::result::Result<$crate::rnic::CqHandle, $crate::rnic::RnicError> {
-            let $s = self;
-            $to.create_cq(attr)
-        }
-    };
-    (@one destroy_cq |$s:ident| $to:expr) => {
-        fn destroy_cq(&mut self, cq: $crate::rnic::CqHandle) -> ::core::result::Result<(), $crate::rnic::RnicError> {
-            let $s = self;
-            $to.destroy_cq(cq)
-        }
-    };
-    (@one create_qp |$s:ident| $to:expr) => {
-        fn create_qp(
-            &mut self,
-            pd: $crate::rnic::PdHandle,
-            attr: $crate::rnic::QpInitAttr,
-        ) -> ::core::result::Result<$crate::rnic::Qp, $crate::rnic::RnicError> {
-            let $s = self;
-            $to.create_qp(pd, attr)
-        }
-    };
-    (@one modify_qp |$s:ident| $to:expr) => {
-        fn modify_qp(
-            &mut self,
-            qp: $crate::rnic::QpHandle,
-            transition: $crate::rnic::QpTransition,
-        ) -> ::core::result::Result<(), $crate::rnic::RnicError> {
-            let $s = self;
-            $to.modify_qp(qp, transition)
-        }
-    };
-    (@one qp_state |$s:ident| $to:expr) => {
-        fn qp_state(
-            &self,
-            qp: $crate::rnic::QpHandle,
-        ) -> ::core::result::Result<$crate::rnic::QpState, $crate::rnic::RnicError> {
-            let $s = self;
-            $to.qp_state(qp)
-        }
-    };
-    (@one destroy_qp |$s:ident| $to:expr) => {
-        fn destroy_qp(&mut self, qp: $crate::rnic::QpHandle) -> ::core::result::Result<(), $crate::rnic::RnicError> {
-            let $s = self;
-            $to.destroy_qp(qp)
-        }
-    };
-    (@one post_send |$s:ident| $to:expr) => {
-        fn post_send(
-            &mut self,
-            qp: $crate::rnic::QpHandle,
-            wrs: &[$crate::rnic::SendWr<'_>],
-        ) -> ::core::result::Result<(), $crate::rnic::PostError> {
-            let $s = self;
-            $to.post_send(qp, wrs)
-        }
-    };
-    (@one post_recv |$s:ident| $to:expr) => {
-        fn post_recv(
-            &mut self,
-            qp: $crate::rnic::QpHandle,
-            wrs: &[$crate::rnic::RecvWr<'_>],
-        ) -> ::core::result::Result<(), $crate::rnic::PostError> {
-            let $s = self;
-            $to.post_recv(qp, wrs)
-        }
-    };
-    (@one poll_cq |$s:ident| $to:expr) => {
-        fn poll_cq(
-            &mut self,
-            cq: $crate::rnic::CqHandle,
-            out: &mut [$crate::rnic::Wc],
-        ) -> ::core::result::Result<usize, $crate::rnic::RnicError> {
-            let $s = self;
-            $to.poll_cq(cq, out)
+            $to.$name($($arg),*)
         }
     };
 }
