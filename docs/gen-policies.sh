@@ -65,7 +65,7 @@ bucket allows them.
 
 ## perf
 
-PeRF as published (`policies/common/src/perf.rs`, `PerfParams`):
+PeRF as published (`policies/common/src/preemption.rs`, `PerfParams`):
 
 | parameter | default | meaning |
 |---|---|---|

@@ -80,48 +80,6 @@ impl TimedNic {
 }
 
 impl Rnic for TimedNic {
-    fn device_info(&self) -> DeviceInfo {
-        self.inner.device_info()
-    }
-    fn port_info(&self) -> PortInfo {
-        self.inner.port_info()
-    }
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
-    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
-        self.inner.alloc_pd()
-    }
-    fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
-        self.inner.reg_mr(pd, len, access)
-    }
-    fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
-        self.inner.dereg_mr(mr)
-    }
-    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
-        self.inner.write_mr(mr, offset, data)
-    }
-    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
-        self.inner.read_mr(mr, offset, out)
-    }
-    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
-        self.inner.create_cq(attr)
-    }
-    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
-        self.inner.destroy_cq(cq)
-    }
-    fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
-        self.inner.create_qp(pd, attr)
-    }
-    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
-        self.inner.modify_qp(qp, transition)
-    }
-    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
-        self.inner.qp_state(qp)
-    }
-    fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
-        self.inner.destroy_qp(qp)
-    }
     fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         self.timed(|n| n.post_send(qp, wrs))
     }
@@ -131,6 +89,9 @@ impl Rnic for TimedNic {
     fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
         self.timed(|n| n.poll_cq(cq, out))
     }
+
+    perf_dataplane::forward_rnic!(|s| s.inner; device_info, port_info, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr,
+        read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp);
 }
 
 /// What one run measured.

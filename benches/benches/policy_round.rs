@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use perf_benches::interrupt::{Bound, Spinner};
 use perf_benches::results::Recorder;
-use perf_dataplane::policy::perf::Perf;
+use perf_dataplane::policy::perf_policy::Perf;
 use perf_dataplane::policy::wasm::{
     adversarial, embedded, CallBudget, Interruption, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
     DEFAULT_TICK_FUEL_PER_TENANT,

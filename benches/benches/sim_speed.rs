@@ -26,13 +26,13 @@ use std::time::Instant;
 use perf_benches::results::{results_dir, Recorder};
 use perf_benches::runner::{cut_scenario, runner_binary, workspace};
 
-use perf_dataplane::perftest::bw::{BwClient, BwConfig};
-use perf_dataplane::perftest::calibrate::{lat_with_bulk, Durations, LatStats};
-use perf_dataplane::perftest::lat::{LatClient, LatConfig, LatServer};
-use perf_dataplane::perftest::{run_virtual, App, Side};
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, TcScheduler};
+use perf_dataplane::traffic::bw::{BwClient, BwConfig};
+use perf_dataplane::traffic::calibrate::{lat_with_bulk, Durations, LatStats};
+use perf_dataplane::traffic::lat::{LatClient, LatConfig, LatServer};
+use perf_dataplane::traffic::{run_virtual, App, Side};
 
-/// The seed `perftest::calibrate` runs its fabrics with.
+/// The seed `traffic::calibrate` runs its fabrics with.
 const CALIBRATION_SEED: u64 = 42;
 
 /// The case-4 traffic on a fabric we keep, to count its events. Mirrors

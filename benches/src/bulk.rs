@@ -2,10 +2,10 @@
 //! on host 0 of a simulated pair, connected to a passive peer on host 1.
 
 use perf_dataplane::engine::{Dataplane, TenantHandle};
-use perf_dataplane::perftest::Side;
 use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::sim::{SimFabric, SimRnic};
 use perf_dataplane::rnic::{AccessFlags, Mr, RemoteAddr, Rnic};
+use perf_dataplane::traffic::Side;
 
 /// One bulk tenant of a benchmark: its handle, its `len`-byte region on
 /// host 0, its peer side on host 1, and where its WRITEs land there.

@@ -21,6 +21,18 @@ fn fail(msg: impl std::fmt::Display) -> c_int {
     -1
 }
 
+/// [`fail`] with `e` and its causes on one line (`call: what: why`): C
+/// reads one string, so the error's sources are spelt out in it.
+fn fail_with(call: &str, e: &dyn std::error::Error) -> c_int {
+    let mut text = format!("{call}: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    fail(text)
+}
+
 /// A region as C sees it.
 #[repr(C)]
 pub struct perf_mr {
@@ -94,7 +106,7 @@ pub unsafe extern "C" fn perf_connect(socket: *const c_char, tenant: *const c_ch
     match Client::connect(path, &opts) {
         Ok(client) => Box::into_raw(Box::new(perf_client { client, cpl: Vec::new() })),
         Err(e) => {
-            fail(format!("perf_connect: {e}"));
+            fail_with("perf_connect", &e);
             std::ptr::null_mut()
         }
     }
@@ -137,11 +149,11 @@ pub unsafe extern "C" fn perf_reg_mr(c: *mut perf_client, len: usize, out: *mut 
     };
     let mr: Mr = match h.client.reg_mr(len) {
         Ok(m) => m,
-        Err(e) => return fail(format!("perf_reg_mr: {e}")),
+        Err(e) => return fail_with("perf_reg_mr", &e),
     };
     let data = match h.client.region_ptr(mr) {
         Ok(p) => p,
-        Err(e) => return fail(format!("perf_reg_mr: {e}")),
+        Err(e) => return fail_with("perf_reg_mr", &e),
     };
     *out = perf_mr { index: mr.index, rkey: mr.rkey, addr: mr.addr, len: mr.len as u64, data };
     0
@@ -162,7 +174,7 @@ pub unsafe extern "C" fn perf_create_qp(c: *mut perf_client, tc: u8, qp: *mut u3
             *qp = q;
             0
         }
-        Err(e) => fail(format!("perf_create_qp: {e}")),
+        Err(e) => fail_with("perf_create_qp", &e),
     }
 }
 
@@ -178,7 +190,7 @@ pub unsafe extern "C" fn perf_connect_qp(c: *mut perf_client, qp: u32, peer: *co
     };
     match h.client.connect_qp(qp, peer, peer_qp) {
         Ok(()) => 0,
-        Err(e) => fail(format!("perf_connect_qp: {e}")),
+        Err(e) => fail_with("perf_connect_qp", &e),
     }
 }
 
@@ -212,9 +224,13 @@ pub unsafe extern "C" fn perf_post(c: *mut perf_client, wrs: *const perf_wr, n: 
     // SAFETY: the caller's promise: n readable perf_wr.
     let wrs = unsafe { std::slice::from_raw_parts(wrs, n) };
     let list: Result<Vec<WorkRequest>, String> = wrs.iter().map(request).collect();
-    match list.map_err(|e| e.to_string()).and_then(|l| h.client.post(&l).map_err(|e| format!("perf_post: {e}"))) {
+    let list = match list {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    match h.client.post(&list) {
         Ok(k) => k.min(c_int::MAX as usize) as c_int,
-        Err(e) => fail(e),
+        Err(e) => fail_with("perf_post", &e),
     }
 }
 

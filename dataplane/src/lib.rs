@@ -10,12 +10,13 @@
 //! - [`policy`]: the policy host and the built-in native policies.
 //! - [`rendezvous`]: SEND rendezvous between the dataplanes at the two
 //!   ends of a QP, so a large SEND can be split like a WRITE.
-//! - [`perftest`]: perftest-style traffic generators (`ib_write_bw`,
+//! - [`traffic`]: perftest-style traffic generators (`ib_write_bw`,
 //!   `ib_write_lat`) that drive an RNIC directly, with no dataplane or policy
-//!   in between, and the calibration suite built from them.
+//!   in between, the calibration suite built from them, and the [`traffic::App`]
+//!   trait and virtual-time driver that run applications on the simulator.
 
 pub mod engine;
-pub mod perftest;
 pub mod policy;
 pub mod rendezvous;
 pub mod rnic;
+pub mod traffic;

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use perf_dataplane::perftest::calibrate::{self, Durations};
 use perf_dataplane::rnic::sim::RnicProfile;
+use perf_dataplane::traffic::calibrate::{self, Durations};
 
 /// Flags of `calibrate`.
 #[derive(clap::Args)]

@@ -1,10 +1,10 @@
 //! A run in virtual time: the dataplane's one virtual-time driver
-//! (`perftest::run_virtual_observed`), sampling the NIC's wire counters
+//! (`traffic::run_virtual_observed`), sampling the NIC's wire counters
 //! over time and moving the progress bar.
 
 use indicatif::ProgressBar;
-use perf_dataplane::perftest::{run_virtual_observed, App, AppError};
 use perf_dataplane::rnic::sim::{SimFabric, PS_PER_NS};
+use perf_dataplane::traffic::{run_virtual_observed, App, AppError};
 
 /// NIC utilization over time: the fraction of each bucket host 0's wire
 /// spent transmitting (sampled at the first wake-up in each bucket), and

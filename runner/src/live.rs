@@ -27,11 +27,11 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig};
-use perf_dataplane::perftest::App;
 use perf_dataplane::rnic::sizing::fit_queue_depths;
 use perf_dataplane::rnic::verbs::oob::{ConnInfo, OobConn};
 use perf_dataplane::rnic::verbs::open::{open_verbs_with, GidChoice};
 use perf_dataplane::rnic::*;
+use perf_dataplane::traffic::App;
 
 use crate::driver::NicTimeline;
 use crate::report::{Report, RnicReport};
@@ -163,60 +163,13 @@ impl<R: Rnic> Shared<R> {
 }
 
 impl<R: Rnic> Rnic for Shared<R> {
-    fn device_info(&self) -> DeviceInfo {
-        self.lock().device_info()
-    }
-    fn cross_channel(&self) -> CrossChannel {
-        self.lock().cross_channel()
-    }
-    fn port_info(&self) -> PortInfo {
-        self.lock().port_info()
-    }
     fn clock_ns(&self) -> u64 {
         self.lock().clock_ns().saturating_sub(self.epoch.load(Ordering::Relaxed))
     }
-    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
-        self.lock().alloc_pd()
-    }
-    fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
-        self.lock().reg_mr(pd, len, access)
-    }
-    fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
-        self.lock().dereg_mr(mr)
-    }
-    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
-        self.lock().write_mr(mr, offset, data)
-    }
-    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
-        self.lock().read_mr(mr, offset, out)
-    }
-    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
-        self.lock().create_cq(attr)
-    }
-    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
-        self.lock().destroy_cq(cq)
-    }
-    fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
-        self.lock().create_qp(pd, attr)
-    }
-    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
-        self.lock().modify_qp(qp, transition)
-    }
-    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
-        self.lock().qp_state(qp)
-    }
-    fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
-        self.lock().destroy_qp(qp)
-    }
-    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        self.lock().post_send(qp, wrs)
-    }
-    fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        self.lock().post_recv(qp, wrs)
-    }
-    fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
-        self.lock().poll_cq(cq, out)
-    }
+
+    perf_dataplane::forward_rnic!(|s| s.lock(); device_info, cross_channel, port_info, alloc_pd, reg_mr, dereg_mr,
+        write_mr, read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp, post_send, post_recv,
+        poll_cq);
 }
 
 /// Where a live run's peers are.

@@ -20,7 +20,7 @@ mod serve;
 mod workload;
 
 use clap::{Parser, Subcommand};
-use perf_dataplane::perftest::TestOp;
+use perf_dataplane::traffic::TestOp;
 use perftest_cmd::Test;
 
 /// Runs PeRF-rs scenarios on the simulated (or a real) RNIC.
@@ -169,7 +169,7 @@ fn policy_check(policy: &str) -> anyhow::Result<()> {
     use perf_dataplane::policy::PolicyHost;
     use perf_policy_sdk::{RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
 
-    let mut host = PolicyHost::load(policy).map_err(|e| anyhow::anyhow!("policy {policy:?}: {e}"))?;
+    let mut host = PolicyHost::load(policy).map_err(|e| run_cmd::PolicyRefused::new("policy", policy, e))?;
     match host.wasm_abi_version() {
         Some((major, minor)) => println!("wasm module, ABI {major}.{minor}: valid (all hooks present)"),
         None => println!("built-in native policy"),

@@ -3,8 +3,8 @@
 //! perftest's flags and column layout, so scripts that parse `ib_write_bw`
 //! output parse ours.
 //!
-//! Alone, the test runs perftest's own generators (`perftest::bw`,
-//! `perftest::lat`) straight on the NIC, as `ib_*` tools do. With
+//! Alone, the test runs perftest's own generators (`traffic::bw`,
+//! `traffic::lat`) straight on the NIC, as `ib_*` tools do. With
 //! `--with SCENARIO` the test becomes one more tenant of that scenario,
 //! run through the dataplane under `--policy`, beside the scenario's
 //! tenants (the co-runners). With `--connect SOCKET` the test is a client
@@ -17,11 +17,11 @@ mod connect;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use perf_dataplane::perftest::bw::{BwClient, BwConfig, BwServer};
-use perf_dataplane::perftest::calibrate::LatStats;
-use perf_dataplane::perftest::lat::{LatClient, LatConfig, LatServer};
-use perf_dataplane::perftest::{run_virtual, App, Side, TestOp};
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric};
+use perf_dataplane::traffic::bw::{BwClient, BwConfig, BwServer};
+use perf_dataplane::traffic::calibrate::LatStats;
+use perf_dataplane::traffic::lat::{LatClient, LatConfig, LatServer};
+use perf_dataplane::traffic::{run_virtual, App, Side, TestOp};
 
 use crate::report::TenantReport;
 use crate::run_cmd::{parse_hw, run_scenario_with, RunOptions};
@@ -228,7 +228,7 @@ impl Args {
             );
         }
         anyhow::ensure!(self.iters.is_none_or(|n| n >= 1), "-n 0: at least one iteration");
-        // Over a window only whole signaled batches count (perftest::bw):
+        // Over a window only whole signaled batches count (traffic::bw):
         // at least 10 of them per QP keep the figure within about 10%.
         if let (Some(d), Test::Bw, None, None) = (self.duration, test, &self.with, &self.connect) {
             for size in self.sizes(test) {

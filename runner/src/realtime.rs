@@ -21,11 +21,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use perf_dataplane::engine::OperatorHandle;
-use perf_dataplane::perftest::{App, AppError};
 use perf_dataplane::policy::loader::PolicySpec;
 use perf_dataplane::policy::wasm::WasmLimits;
 use perf_dataplane::rendezvous::RendezvousReceiver;
 use perf_dataplane::rnic::sim::{ClockMode, SimRnic, TcScheduler};
+use perf_dataplane::traffic::{App, AppError};
 
 use crate::ctl::{swap_line, CtlServer};
 use crate::report::{RealtimeReport, Report};

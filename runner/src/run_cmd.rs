@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use anyhow::Context;
 use indicatif::ProgressBar;
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, TenantHandle};
-use perf_dataplane::perftest::{App, Side};
 use perf_dataplane::policy::loader::PolicySpec;
-use perf_dataplane::policy::wasm::WasmLimits;
+use perf_dataplane::policy::wasm::{LoadError, WasmLimits};
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rendezvous::RendezvousReceiver;
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
 use perf_dataplane::rnic::{connect, AccessFlags, Mr, QpEndpoint, RemoteAddr, Rnic, RnicError};
+use perf_dataplane::traffic::{App, Side};
 
 use crate::driver::{drive, NicTimeline};
 use crate::loop_cost::{LoopChoice, LoopCostArgs, LoopReport};
@@ -183,8 +183,41 @@ pub struct Wired {
 
 /// Loads the run's policy (every backend says the same when it cannot).
 pub fn load_policy(policy: &str) -> anyhow::Result<PolicyHost> {
-    // The reason on the first line: `LoadError` says what was refused and why.
-    PolicyHost::load(policy).map_err(|e| anyhow::anyhow!("--policy {policy:?}: {e}"))
+    PolicyHost::load(policy).map_err(|e| PolicyRefused::new("--policy", policy, e).into())
+}
+
+/// A policy that did not load, as the command line names it: what was
+/// refused and why on the first line (`--policy "x.wasm": the module does
+/// not compile`), and the load error's own causes (wasmtime's reason) as
+/// this error's causes, so that the binary prints them below it.
+#[derive(Debug)]
+pub struct PolicyRefused {
+    /// Where the policy was named (`--policy`).
+    flag: &'static str,
+    /// The policy as given.
+    policy: String,
+    /// Why it did not load.
+    err: LoadError,
+}
+
+impl PolicyRefused {
+    /// `policy`, given with `flag`, refused for `err`.
+    pub fn new(flag: &'static str, policy: &str, err: LoadError) -> Self {
+        PolicyRefused { flag, policy: policy.to_string(), err }
+    }
+}
+
+impl std::fmt::Display for PolicyRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}: {}", self.flag, self.policy, self.err)
+    }
+}
+
+impl std::error::Error for PolicyRefused {
+    // The load error's text is already on this one's line: its causes follow.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.err.source()
+    }
 }
 
 /// The dataplane of a run of `sc` over `nic`: its queues sized for the

@@ -689,7 +689,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let profile = RnicProfile::by_name(&a.profile).with_context(|| {
         format!("--profile: unknown RNIC profile {:?} (known: {})", a.profile, RnicProfile::NAMES.join(", "))
     })?;
-    let policy = PolicyHost::load(&a.policy).map_err(|e| anyhow::anyhow!("--policy {:?}: {e}", a.policy))?;
+    let policy =
+        PolicyHost::load(&a.policy).map_err(|e| crate::run_cmd::PolicyRefused::new("--policy", &a.policy, e))?;
     let listener = bind(&a.socket)?;
     let fabric = SimFabric::new(profile, 2, 1, ClockMode::Wall);
     let mut dp = Dataplane::new(fabric.nic(0), policy, DataplaneConfig::default()).context("starting the dataplane")?;

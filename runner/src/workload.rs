@@ -39,18 +39,18 @@
 //! QP of 1 MB messages in a 50 ms window), where whole-message counting
 //! was off by up to a whole message per QP either way. `completed` and the
 //! latency histogram keep every message completed in the window.
-//! `write-bw` (`perf_dataplane::perftest::bw`) measures between each QP's
+//! `write-bw` (`perf_dataplane::traffic::bw`) measures between each QP's
 //! completions for the same reason.
 
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
 use perf_dataplane::engine::{CompletionKind, RequestOp, TenantHandle, WorkRequest};
-use perf_dataplane::perftest::bw::BwServer;
-use perf_dataplane::perftest::lat::{new_histogram, LatConfig, LatServer};
-use perf_dataplane::perftest::{App, AppError, Side, TestOp};
 use perf_dataplane::rnic::sim::SimRnic;
 use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic};
+use perf_dataplane::traffic::bw::BwServer;
+use perf_dataplane::traffic::lat::{new_histogram, LatConfig, LatServer};
+use perf_dataplane::traffic::{App, AppError, Side, TestOp};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -332,16 +332,21 @@ impl<N: Rnic> TenantApp<N> {
         }
     }
 
+    /// Counts a completion taken from the dataplane, and its failure.
+    fn count_taken(&mut self, ok: bool) {
+        self.taken += 1;
+        if !ok {
+            self.result.errors += 1;
+            self.failed = true;
+        }
+    }
+
     /// Takes completions of a bw or open tenant.
     fn reap(&mut self) -> bool {
         let mut did = false;
         while let Some(c) = self.handle.poll() {
             did = true;
-            self.taken += 1;
-            if !c.status.is_ok() {
-                self.result.errors += 1;
-                self.failed = true;
-            }
+            self.count_taken(c.status.is_ok());
             let qp = c.qp as usize;
             self.outstanding[qp] = self.outstanding[qp].saturating_sub(1);
             // Open loop: latency runs from the arrival, not the post.
@@ -424,11 +429,7 @@ impl<N: Rnic> TenantApp<N> {
         let mut replied = false;
         while let Some(c) = self.handle.poll() {
             did = true;
-            self.taken += 1;
-            if !c.status.is_ok() {
-                self.result.errors += 1;
-                self.failed = true;
-            }
+            self.count_taken(c.status.is_ok());
             if c.kind == CompletionKind::Send {
                 self.outstanding[0] = self.outstanding[0].saturating_sub(1);
             }

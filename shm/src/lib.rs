@@ -63,4 +63,8 @@ pub enum ShmError {
     /// A malformed or unexpected setup message.
     #[error("setup protocol: {0}")]
     Protocol(String),
+    /// A setup message that does not encode or decode as JSON (serde's
+    /// reason is the source).
+    #[error("setup protocol: {0}")]
+    Json(&'static str, #[source] serde_json::Error),
 }

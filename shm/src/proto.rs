@@ -93,7 +93,7 @@ pub enum Reply {
 
 /// Sends `msg` with `fds` attached.
 pub fn send<T: Serialize>(sock: &UnixStream, msg: &T, fds: &[BorrowedFd<'_>]) -> Result<(), ShmError> {
-    let body = serde_json::to_vec(msg).map_err(|e| ShmError::Protocol(format!("encoding a message: {e}")))?;
+    let body = serde_json::to_vec(msg).map_err(|e| ShmError::Json("encoding a message", e))?;
     let len = (body.len() as u32).to_le_bytes();
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let iov = [IoSlice::new(&len), IoSlice::new(&body)];
@@ -143,7 +143,7 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: &UnixStream) -> Result<Option<(T
     }
     let mut body = vec![0u8; len as usize];
     s.read_exact(&mut body).map_err(|e| ShmError::Io("reading a frame", e))?;
-    let msg = serde_json::from_slice(&body).map_err(|e| ShmError::Protocol(format!("a malformed message: {e}")))?;
+    let msg = serde_json::from_slice(&body).map_err(|e| ShmError::Json("a malformed message", e))?;
     Ok(Some((msg, fds)))
 }
 

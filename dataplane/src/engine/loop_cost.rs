@@ -13,7 +13,7 @@
 //! (the policy's three figures for a native or a wasm policy, whichever ran
 //! the round), and the loop then stays busy for that long: it runs its next
 //! round no earlier than the end of that time (the dataplane's
-//! [`App::poll`](crate::perftest::App::poll) is the gate). The work of a round
+//! [`App::poll`](crate::traffic::App::poll) is the gate). The work of a round
 //! is done at its start and the time after it is the loop's, an
 //! approximation that keeps a run deterministic: the costs are constants
 //! (measured once on one machine, [`LoopCost::MEASURED`], or read from a
@@ -21,7 +21,7 @@
 //! [`LoopCost::ZERO`] is the loop as before: free.
 //!
 //! The cost is charged only through the virtual-time drivers
-//! ([`App::poll`](crate::perftest::App::poll)); [`Dataplane::round`]
+//! ([`App::poll`](crate::traffic::App::poll)); [`Dataplane::round`]
 //! itself charges nothing, and a loop spinning in real time
 //! ([`Dataplane::run_pinned`]) takes its real time.
 

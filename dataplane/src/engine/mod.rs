@@ -693,8 +693,8 @@ impl<R: Rnic> Dataplane<R> {
 
 /// The dataplane in a virtual-time run: each poll is a round, charged to
 /// the loop's clock by [`DataplaneConfig::loop_cost`] ([`loop_cost`]).
-impl<R: Rnic> crate::perftest::App for Dataplane<R> {
-    fn poll(&mut self) -> Result<bool, crate::perftest::AppError> {
+impl<R: Rnic> crate::traffic::App for Dataplane<R> {
+    fn poll(&mut self) -> Result<bool, crate::traffic::AppError> {
         Ok(self.charged_round()?)
     }
 

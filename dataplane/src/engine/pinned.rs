@@ -91,10 +91,10 @@ impl<R: Rnic + 'static> Dataplane<R> {
 mod tests {
     use super::*;
     use crate::engine::{DataplaneConfig, RequestOp, WorkRequest};
-    use crate::perftest::Side;
     use crate::policy::PolicyHost;
     use crate::rnic::sim::{ClockMode, RnicProfile, SimFabric};
     use crate::rnic::{connect, AccessFlags, WcStatus};
+    use crate::traffic::Side;
 
     #[test]
     fn a_pinned_loop_serves_a_tenant_thread_on_the_wall_clock_model() {

@@ -175,6 +175,23 @@ impl Supervisor {
     }
 }
 
+/// `e` and its causes on one line (`what: why: deeper why`), for a swap
+/// record's reason: a module that does not compile says wasmtime's
+/// reason too. A cause whose text the line already ends with (an error
+/// that prints its source itself) is not repeated.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.ends_with(&text) {
+            line = format!("{line}: {text}");
+        }
+        cause = c.source();
+    }
+    line
+}
+
 impl<R: Rnic> Dataplane<R> {
     /// The tenants as a policy is told about them (`on_tenant`).
     fn tenant_infos(&self) -> Vec<TenantInfo> {
@@ -234,7 +251,7 @@ impl<R: Rnic> Dataplane<R> {
         while let Some((spec, limits)) = self.sup.ctl.as_ref().and_then(|(_, rx)| rx.try_recv().ok()) {
             let label = spec.label();
             if let Err(e) = self.submit_swap(spec, limits, None) {
-                self.record_refusal(now, label, e.to_string(), 0, false);
+                self.record_refusal(now, label, with_causes(&e), 0, false);
             }
         }
         self.sup.collect();
@@ -245,7 +262,7 @@ impl<R: Rnic> Dataplane<R> {
                 Some(_) => {
                     if let Err(e) = self.sup.wait_for(id) {
                         let to = format!("swap #{id}");
-                        self.record_refusal(now, to, e.to_string(), 0, false);
+                        self.record_refusal(now, to, with_causes(&e), 0, false);
                         self.sup.pending.pop_front();
                         continue;
                     }
@@ -256,7 +273,7 @@ impl<R: Rnic> Dataplane<R> {
             let Some(Pending { ready: Some(p), .. }) = self.sup.pending.pop_front() else { break };
             match p.result {
                 Ok(host) => self.install(host, &p.tenants, p.label, now, p.prepare_ns, p.cached),
-                Err(e) => self.record_refusal(now, p.label, e.to_string(), p.prepare_ns, p.cached),
+                Err(e) => self.record_refusal(now, p.label, with_causes(&e), p.prepare_ns, p.cached),
             }
         }
     }

@@ -65,7 +65,7 @@ impl From<PathBuf> for PolicySpec {
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
     /// It did not load (not found, not wasm, refused by validation, ...).
-    #[error("{0}")]
+    #[error(transparent)]
     Load(#[from] LoadError),
     /// It loaded but failed while being initialised with the tenants.
     #[error("failed in {} while being initialised: {:?}: {}", .0.hook, .0.kind, .0.message)]

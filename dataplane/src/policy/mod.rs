@@ -10,8 +10,8 @@
 //! (it cannot trap or loop within the sandbox's bounds, so it stays).
 //!
 //! Built-in native policies, one table for all ([`registry`]):
-//! [`passthrough`] (no isolation), [`perf`] (PeRF's message- and QP-level
-//! preemption), `justitia` (the Justitia baseline: paced posts), `weighted`
+//! [`passthrough`] (no isolation), `perf` ([`perf_policy`]: PeRF's message-
+//! and QP-level preemption), `justitia` (the Justitia baseline: paced posts), `weighted`
 //! (weighted shares over PeRF), `slo` (PeRF tuned online to a latency
 //! target) and `fairshare`, from `policies/*` (`docs/policies.md`); the
 //! same code is embedded as wasm modules ([`wasm::embedded`]). Besides plans, a policy may rate-limit tenants
@@ -20,7 +20,7 @@
 pub mod cache;
 pub mod loader;
 pub mod passthrough;
-pub mod perf;
+pub mod perf_policy;
 pub mod registry;
 pub mod wasm;
 

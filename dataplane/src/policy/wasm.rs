@@ -24,7 +24,7 @@
 //!   then drops to the built-in `passthrough` and records an
 //!   [`ExitInfo`](super::ExitInfo).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
@@ -183,9 +183,9 @@ pub enum LoadError {
         /// The cap.
         max: usize,
     },
-    /// The module does not compile.
-    #[error("the module does not compile: {0}")]
-    Compile(String),
+    /// The module does not compile (wasmtime's reason is the source).
+    #[error("the module does not compile")]
+    Compile(#[source] wasmtime::Error),
     /// The module imports something the host does not provide.
     #[error(
         "the module imports `{module}.{name}`, which the host does not provide (it provides perf.now_ns, perf.log)"
@@ -228,9 +228,10 @@ pub enum LoadError {
     /// The policy's name is not UTF-8 or too long.
     #[error("bad policy name: {0}")]
     BadName(String),
-    /// Instantiation failed (start function trapped, memory over the cap).
-    #[error("instantiation failed: {0}")]
-    Instantiate(String),
+    /// Instantiation failed (start function trapped, memory over the cap;
+    /// wasmtime's reason is the source).
+    #[error("instantiation failed")]
+    Instantiate(#[source] wasmtime::Error),
     /// A call made while loading failed.
     #[error("`{hook}` failed while loading: {fault}")]
     Init {
@@ -239,9 +240,11 @@ pub enum LoadError {
         /// What happened.
         fault: Fault,
     },
-    /// The wasm engine could not be created.
-    #[error("the wasm engine could not be created: {0}")]
-    Engine(String),
+    /// The wasm engine (or its host functions) could not be created; the
+    /// reason is the source, shared because an engine is made once per
+    /// process and every later load is refused for the same reason.
+    #[error("the wasm engine could not be created")]
+    Engine(#[source] Arc<wasmtime::Error>),
     /// The module file could not be read.
     #[error("reading {path}: {source}")]
     Io {
@@ -442,9 +445,9 @@ impl EngineKind {
 
 /// Has the process-wide ticker thread advance `engine`'s epoch every
 /// [`EPOCH_TICK`] (one thread for every engine with epoch deadlines).
-fn ticker(engine: &Engine) -> Result<(), String> {
+fn ticker(engine: &Engine) -> Result<(), Arc<std::io::Error>> {
     static TICKED: parking_lot::Mutex<Vec<Engine>> = parking_lot::Mutex::new(Vec::new());
-    static THREAD: OnceLock<Result<(), String>> = OnceLock::new();
+    static THREAD: OnceLock<Result<(), Arc<std::io::Error>>> = OnceLock::new();
     TICKED.lock().push(engine.clone());
     THREAD
         .get_or_init(|| {
@@ -467,15 +470,15 @@ fn ticker(engine: &Engine) -> Result<(), String> {
                     }
                 })
                 .map(|_| ())
-                .map_err(|e| format!("epoch ticker thread: {e}"))
+                .map_err(Arc::new)
         })
         .clone()
 }
 
 fn engine(kind: EngineKind) -> Result<&'static Engine, LoadError> {
-    static EPOCH: OnceLock<Result<Engine, String>> = OnceLock::new();
-    static FUEL: OnceLock<Result<Engine, String>> = OnceLock::new();
-    static BOTH: OnceLock<Result<Engine, String>> = OnceLock::new();
+    static EPOCH: OnceLock<Result<Engine, Arc<wasmtime::Error>>> = OnceLock::new();
+    static FUEL: OnceLock<Result<Engine, Arc<wasmtime::Error>>> = OnceLock::new();
+    static BOTH: OnceLock<Result<Engine, Arc<wasmtime::Error>>> = OnceLock::new();
     let cell = match kind {
         EngineKind::Epoch => &EPOCH,
         EngineKind::Fuel => &FUEL,
@@ -487,14 +490,15 @@ fn engine(kind: EngineKind) -> Result<&'static Engine, LoadError> {
         cfg.max_wasm_stack(MAX_WASM_STACK);
         cfg.consume_fuel(fuel);
         cfg.epoch_interruption(epoch);
-        let engine = Engine::new(&cfg).map_err(|e| format!("{e:#}"))?;
+        let engine = Engine::new(&cfg).map_err(Arc::new)?;
         if epoch {
-            ticker(&engine)?;
+            ticker(&engine)
+                .map_err(|e| Arc::new(wasmtime::Error::new(e).context("starting the epoch ticker thread")))?;
         }
         Ok(engine)
     })
     .as_ref()
-    .map_err(|e| LoadError::Engine(e.clone()))
+    .map_err(|e| LoadError::Engine(Arc::clone(e)))
 }
 
 fn type_string(params: &[AbiType], results: &[AbiType]) -> String {
@@ -567,7 +571,7 @@ impl WasmPolicy {
             return Err(LoadError::NotWasm);
         }
         let engine = Self::engine_for(limits)?;
-        let module = Module::from_binary(engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let module = Module::from_binary(engine, bytes).map_err(LoadError::Compile)?;
         Self::validate(&module)?;
         Ok(module)
     }
@@ -578,7 +582,7 @@ impl WasmPolicy {
     pub fn instantiate(module: &Module, limits: WasmLimits) -> Result<Self, LoadError> {
         let engine = Self::engine_for(limits)?;
         let mut linker: Linker<HostState> = Linker::new(engine);
-        let host_fn = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
+        let host_fn = |e: wasmtime::Error| LoadError::Engine(Arc::new(e));
         linker
             .func_wrap(abi::IMPORT_MODULE, abi::IMPORT_NOW_NS, |c: Caller<'_, HostState>| c.data().now_ns as i64)
             .map_err(host_fn)?;
@@ -619,7 +623,7 @@ impl WasmPolicy {
             store.epoch_deadline_callback(backstop);
         }
         Self::arm(&mut store, limits);
-        let instance = linker.instantiate(&mut store, module).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+        let instance = linker.instantiate(&mut store, module).map_err(LoadError::Instantiate)?;
         let memory = instance
             .get_memory(&mut store, abi::MEMORY_EXPORT)
             .ok_or_else(|| LoadError::MissingExport(abi::MEMORY_EXPORT.into()))?;

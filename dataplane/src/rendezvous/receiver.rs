@@ -9,8 +9,8 @@ use super::{
     ring_slots, slot_offset, Descriptor, Record, ADVERTISE_ABOVE, AGENT_WR_ID, DESCRIPTOR_BYTES, RECORD_BYTES,
 };
 use crate::rnic::{
-    AccessFlags, CqAttr, CqHandle, DeviceInfo, Mr, MrHandle, Payload, PdHandle, PortInfo, PostError, Qp, QpHandle,
-    QpInitAttr, QpState, QpTransition, RecvWr, RemoteAddr, Rnic, RnicError, SendWr, Wc, WcOpcode, WrOpcode,
+    AccessFlags, CqHandle, Mr, MrHandle, Payload, PdHandle, PostError, Qp, QpHandle, QpInitAttr, RecvWr, RemoteAddr,
+    Rnic, RnicError, SendWr, Wc, WcOpcode, WrOpcode,
 };
 
 /// One attached QP: its RECVs in order, what was advertised, where.
@@ -179,26 +179,6 @@ impl<R: Rnic> RendezvousReceiver<R> {
 }
 
 impl<R: Rnic> Rnic for RendezvousReceiver<R> {
-    fn device_info(&self) -> DeviceInfo {
-        self.inner.device_info()
-    }
-
-    fn cross_channel(&self) -> crate::rnic::CrossChannel {
-        self.inner.cross_channel()
-    }
-
-    fn port_info(&self) -> PortInfo {
-        self.inner.port_info()
-    }
-
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
-
-    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
-        self.inner.alloc_pd()
-    }
-
     fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
         let mr = self.inner.reg_mr(pd, len, access)?;
         self.mrs.push((mr, access));
@@ -210,34 +190,10 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
         self.inner.dereg_mr(mr)
     }
 
-    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
-        self.inner.write_mr(mr, offset, data)
-    }
-
-    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
-        self.inner.read_mr(mr, offset, out)
-    }
-
-    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
-        self.inner.create_cq(attr)
-    }
-
-    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
-        self.inner.destroy_cq(cq)
-    }
-
     fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
         let qp = self.inner.create_qp(pd, attr)?;
         self.qp_pd.insert(qp.handle, (pd, attr.caps.max_send_wr, attr.caps.max_recv_wr));
         Ok(qp)
-    }
-
-    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
-        self.inner.modify_qp(qp, transition)
-    }
-
-    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
-        self.inner.qp_state(qp)
     }
 
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
@@ -248,10 +204,6 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
         }
         self.qp_pd.remove(&qp);
         self.inner.destroy_qp(qp)
-    }
-
-    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        self.inner.post_send(qp, wrs)
     }
 
     fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
@@ -300,4 +252,7 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
             }
         }
     }
+
+    crate::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, clock_ns, alloc_pd, write_mr, read_mr,
+        create_cq, destroy_cq, modify_qp, qp_state, post_send);
 }

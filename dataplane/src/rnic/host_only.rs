@@ -83,42 +83,6 @@ impl<R: Rnic> Rnic for HostOnly<R> {
         self.placement
     }
 
-    fn port_info(&self) -> PortInfo {
-        self.inner.port_info()
-    }
-
-    fn clock_ns(&self) -> u64 {
-        self.inner.clock_ns()
-    }
-
-    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
-        self.inner.alloc_pd()
-    }
-
-    fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
-        self.inner.reg_mr(pd, len, access)
-    }
-
-    fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
-        self.inner.dereg_mr(mr)
-    }
-
-    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
-        self.inner.write_mr(mr, offset, data)
-    }
-
-    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
-        self.inner.read_mr(mr, offset, out)
-    }
-
-    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
-        self.inner.create_cq(attr)
-    }
-
-    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
-        self.inner.destroy_cq(cq)
-    }
-
     fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
         if attr.cross_channel || attr.managed_send {
             return Err(RnicError::NotSupported("cross-channel and managed QPs: this NIC has no in-NIC cross-channel"));
@@ -147,14 +111,6 @@ impl<R: Rnic> Rnic for HostOnly<R> {
         Ok(qp)
     }
 
-    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
-        self.inner.modify_qp(qp, transition)
-    }
-
-    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
-        self.inner.qp_state(qp)
-    }
-
     fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
         self.inner.destroy_qp(qp)?;
         if let Some((s, send, r, recv)) = self.qp_queues.get_mut(qp.0 as usize).and_then(Option::take) {
@@ -166,17 +122,8 @@ impl<R: Rnic> Rnic for HostOnly<R> {
         Ok(())
     }
 
-    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        self.inner.post_send(qp, wrs)
-    }
-
-    fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        self.inner.post_recv(qp, wrs)
-    }
-
-    fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
-        self.inner.poll_cq(cq, out)
-    }
+    crate::forward_rnic!(|s| s.inner; port_info, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq,
+        destroy_cq, modify_qp, qp_state, post_send, post_recv, poll_cq);
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 //! safe code can reach freed NIC state.
 
 pub mod connect;
+mod cq_ring;
 mod error;
+mod forward;
 pub mod host_only;
 pub mod sim;
 pub mod sizing;

@@ -7,9 +7,9 @@
 //! The 1 MB bandwidth case measures between signaled completions, one every
 //! 64 MB, so the window must stay above about 6 ms.
 
-use perf_dataplane::perftest::bw::BwConfig;
-use perf_dataplane::perftest::calibrate::{self, Calibration, Durations};
 use perf_dataplane::rnic::sim::RnicProfile;
+use perf_dataplane::traffic::bw::BwConfig;
+use perf_dataplane::traffic::calibrate::{self, Calibration, Durations};
 
 /// Measurement durations for the tests (virtual time).
 const DURATIONS: Durations = Durations { warmup_ns: 2_000_000, window_ns: 10_000_000 };

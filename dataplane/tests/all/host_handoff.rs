@@ -15,12 +15,12 @@
 use std::collections::HashMap;
 
 use perf_dataplane::engine::{Completion, Dataplane, DataplaneConfig, RequestOp, TenantHandle, WorkRequest};
-use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::host_only::HostOnly;
 use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
 use perf_dataplane::rnic::{AccessFlags, CrossChannel, Mr, Rnic};
+use perf_dataplane::traffic::Side;
 use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan, TenantStats};
 
 const MAX_WAKEUPS: usize = 20_000_000;

@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use perf_dataplane::engine::{DataplaneCounters, LoopCost};
-use perf_dataplane::perftest::{run_virtual, App, AppError};
+use perf_dataplane::traffic::{run_virtual, App, AppError};
 
 /// A bulk tenant: keeps `depth` WRITEs of `len` bytes outstanding on QP 0.
 struct Bulk {

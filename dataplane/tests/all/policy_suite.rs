@@ -9,11 +9,11 @@
 //!   slo_converges` prints the trajectory table of `docs/policies.md`.
 
 use perf_dataplane::engine::{Dataplane, DataplaneConfig, RequestOp, TenantHandle, WorkRequest};
-use perf_dataplane::perftest::Side;
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::connect::{bring_up, endpoint};
 use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
 use perf_dataplane::rnic::{AccessFlags, Mr};
+use perf_dataplane::traffic::Side;
 use perf_policy_sdk::{Pacing, Policy, TenantPlan, TenantStats};
 
 /// Most wake-ups one run may take (a hang is a failure, not a stuck test).
@@ -84,7 +84,7 @@ impl Bench {
         for _ in 0..MAX_WAKEUPS {
             loop {
                 // The tenants first, so that the loop's first tick sees their
-                // traffic (as `perftest::run_virtual` orders a scenario's apps).
+                // traffic (as `traffic::run_virtual` orders a scenario's apps).
                 let mut did = false;
                 let now = self.f.now_ns();
                 for l in &mut self.loads {

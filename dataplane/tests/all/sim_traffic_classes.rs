@@ -4,11 +4,11 @@
 //! the weights, and a sparse class that needs almost nothing gets it within
 //! a few frames of the other classes.
 
-use perf_dataplane::perftest::bw::{BwClient, BwConfig, BwResult};
-use perf_dataplane::perftest::calibrate::{self, Durations};
-use perf_dataplane::perftest::lat::LatConfig;
-use perf_dataplane::perftest::{run_virtual, App, Side};
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
+use perf_dataplane::traffic::bw::{BwClient, BwConfig, BwResult};
+use perf_dataplane::traffic::calibrate::{self, Durations};
+use perf_dataplane::traffic::lat::LatConfig;
+use perf_dataplane::traffic::{run_virtual, App, Side};
 
 const WARMUP_NS: u64 = 500_000;
 const WINDOW_NS: u64 = 5_000_000;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use perf_dataplane::policy::perf::Perf;
+use perf_dataplane::policy::perf_policy::Perf;
 use perf_dataplane::policy::wasm::{
     embedded, CallBudget, FaultKind, Interruption, LoadError, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
     DEFAULT_TICK_FUEL_PER_TENANT,
@@ -119,7 +119,14 @@ fn load_errors_name_what_is_wrong() {
     // A file cut inside the header says so, rather than "no header".
     assert!(matches!(WasmPolicy::from_bytes(b"\0asm", l), Err(LoadError::Truncated { len: 4 })));
     assert!(matches!(WasmPolicy::from_bytes(b"", l), Err(LoadError::Truncated { len: 0 })));
-    assert!(matches!(WasmPolicy::from_bytes(b"\0asm\x01\0\0\0garbage", l), Err(LoadError::Compile(_))));
+    // wasmtime's reason is kept as the error's source, not flattened.
+    match WasmPolicy::from_bytes(b"\0asm\x01\0\0\0garbage", l) {
+        Err(e @ LoadError::Compile(_)) => {
+            let cause = std::error::Error::source(&e).expect("wasmtime's error as the source");
+            assert!(!cause.to_string().is_empty(), "{e:?}");
+        }
+        other => panic!("wanted a compile error, got {:?}", other.err()),
+    }
 
     match (Wat { version: 2 << 16, ..Wat::default() }).load(l) {
         Err(LoadError::AbiVersion { module, host }) => {
@@ -161,7 +168,10 @@ fn load_errors_name_what_is_wrong() {
     }
     // A memory larger than the cap from the start.
     let small = WasmLimits { max_memory_bytes: 256 * 1024, ..l };
-    assert!(matches!(Wat::default().load(small), Err(LoadError::Instantiate(_))));
+    match Wat::default().load(small) {
+        Err(e @ LoadError::Instantiate(_)) => assert!(std::error::Error::source(&e).is_some(), "{e:?}"),
+        other => panic!("wanted an instantiation error, got {:?}", other.err()),
+    }
 }
 
 #[test]

@@ -11,9 +11,9 @@
 #[cfg(test)]
 extern crate std;
 
-pub mod perf;
+pub mod preemption;
 
-pub use perf::{Perf, PerfParams, QpCap, QpDaemon, QpFormula};
+pub use preemption::{Perf, PerfParams, QpCap, QpDaemon, QpFormula};
 
 /// Rounds `bytes` down to a multiple of 64 B (the host's chunk granule),
 /// at least [`perf_policy_sdk::limits::MIN_CHUNK`].

@@ -25,7 +25,7 @@
 //! signal and the capacity climbs back to the line rate.
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
-use perf_policy_common::perf::active;
+use perf_policy_common::preemption::active;
 use perf_policy_common::Perf;
 use perf_policy_sdk::abi::MAX_TENANTS;
 use perf_policy_sdk::{

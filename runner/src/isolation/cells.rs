@@ -6,7 +6,7 @@
 //! and cells with more than two tenants. Names are stable: a tenant keeps
 //! its name (and so its seeded draws) in every cell it appears in.
 
-use perf_dataplane::perftest::TestOp;
+use perf_dataplane::traffic::TestOp;
 
 use crate::scenario::{Kind, Scenario, SizeDist, TenantSpec};
 

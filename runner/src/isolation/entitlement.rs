@@ -18,8 +18,8 @@
 //! is weighted max-min fairness where one bottleneck binds). See
 //! `docs/isolation.md`.
 
-use perf_dataplane::perftest::TestOp;
 use perf_dataplane::rnic::sim::RnicProfile;
+use perf_dataplane::traffic::TestOp;
 use serde::Serialize;
 
 use crate::scenario::{Kind, SizeDist, TenantSpec};

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use perf_client::{Client, Completion, ConnectOptions, Mr, Op, Status, WorkRequest};
-use perf_dataplane::perftest::calibrate::LatStats;
-use perf_dataplane::perftest::lat::new_histogram;
-use perf_dataplane::perftest::TestOp;
+use perf_dataplane::traffic::calibrate::LatStats;
+use perf_dataplane::traffic::lat::new_histogram;
+use perf_dataplane::traffic::TestOp;
 
 use super::{peak, Args, BwRow, Test};
 

@@ -8,8 +8,8 @@ mod size;
 
 use std::path::Path;
 
-use perf_dataplane::perftest::TestOp;
 use perf_dataplane::rnic::sim::RnicProfile;
+use perf_dataplane::traffic::TestOp;
 use serde::Deserialize;
 
 pub use error::ScenarioError;

@@ -122,8 +122,8 @@ impl World {
             Fault::CqOverrun { host, cq } => {
                 if let Some(c) = self.hosts.get_mut(host).and_then(|h| h.cqs.get_mut(cq.0 as usize)) {
                     if let Some(c) = c.as_mut() {
-                        c.overrun = true;
-                        c.entries.clear();
+                        c.ring.overrun = true;
+                        c.ring.entries.clear();
                     }
                     self.visible += 1;
                     self.error_cq_users(host, cq.0);

@@ -110,7 +110,7 @@ impl World {
         }
         if let WrOpcode::Wait { cq, count } = e.op {
             let produced =
-                self.hosts[h].cqs.get(cq.0 as usize).and_then(Option::as_ref).map_or(u64::MAX, |c| c.produced);
+                self.hosts[h].cqs.get(cq.0 as usize).and_then(Option::as_ref).map_or(u64::MAX, |c| c.ring.produced);
             if produced < count {
                 return Head::WaitCq { cq: cq.0, count };
             }

@@ -376,10 +376,10 @@ impl World {
     pub(crate) fn push_cqe(&mut self, h: usize, cq: u32, wc: Wc) {
         self.visible += 1;
         let Some(c) = self.hosts[h].cqs.get_mut(cq as usize).and_then(Option::as_mut) else { return };
-        if c.overrun {
+        if c.ring.overrun {
             return;
         }
-        if !c.push(wc) {
+        if !c.ring.push(wc) {
             return self.error_cq_users(h, cq);
         }
         self.wake_waiters(h, cq);

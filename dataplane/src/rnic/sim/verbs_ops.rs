@@ -336,14 +336,7 @@ impl World {
             .get_mut(cq.0 as usize)
             .and_then(Option::as_mut)
             .ok_or(RnicError::InvalidHandle { kind: "cq", id: cq.0 })?;
-        if c.overrun {
-            return Err(RnicError::CqOverrun { cq: cq.0 });
-        }
-        let n = out.len().min(c.entries.len());
-        for (slot, wc) in out.iter_mut().zip(c.entries.drain(..n)) {
-            *slot = wc;
-        }
-        Ok(n)
+        c.ring.poll(cq, out)
     }
 
     pub(crate) fn v_qp_state(&self, h: usize, qp: QpHandle) -> Result<QpState, RnicError> {

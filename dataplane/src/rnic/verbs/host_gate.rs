@@ -76,6 +76,7 @@
 
 use std::collections::VecDeque;
 
+use crate::rnic::cq_ring::CqRing;
 use crate::rnic::{CqHandle, QpHandle, QpState, RnicError, Wc, WcOpcode, WcStatus};
 
 /// Bits of the device `wr_id` that hold the QP handle.
@@ -398,11 +399,8 @@ impl<W> GQp<W> {
 }
 
 struct GCq {
-    depth: u32,
-    ignore_overrun: bool,
-    produced: u64,
-    entries: VecDeque<Wc>,
-    overrun: bool,
+    /// Its CQEs and completion counter.
+    ring: CqRing,
     waiters: Vec<u32>,
     /// QPs that use this CQ as send or receive CQ (for an overrun).
     users: Vec<u32>,
@@ -468,15 +466,7 @@ impl<W> HostGate<W> {
         if self.cqs.len() <= i {
             self.cqs.resize_with(i + 1, || None);
         }
-        self.cqs[i] = Some(GCq {
-            depth,
-            ignore_overrun,
-            produced: 0,
-            entries: VecDeque::new(),
-            overrun: false,
-            waiters: Vec::new(),
-            users: Vec::new(),
-        });
+        self.cqs[i] = Some(GCq { ring: CqRing::new(depth, ignore_overrun), waiters: Vec::new(), users: Vec::new() });
     }
 
     /// Forgets a CQ. WAITs on it are then satisfied (as in the simulator).
@@ -494,7 +484,7 @@ impl<W> HostGate<W> {
 
     /// Completions delivered on `cq` since it was created.
     pub fn produced(&self, cq: CqHandle) -> Option<u64> {
-        self.cqs.get(cq.0 as usize).and_then(Option::as_ref).map(|c| c.produced)
+        self.cqs.get(cq.0 as usize).and_then(Option::as_ref).map(|c| c.ring.produced)
     }
 
     /// Registers a QP (in RESET).
@@ -748,7 +738,7 @@ impl<W> HostGate<W> {
                 Some(_) if q.cfg.managed && q.executed >= q.enabled_upto => Next::Stop,
                 Some(GateWr { op: GateOp::Wait { cq, count }, .. }) => {
                     let produced =
-                        self.cqs.get(cq.0 as usize).and_then(Option::as_ref).map_or(u64::MAX, |c| c.produced);
+                        self.cqs.get(cq.0 as usize).and_then(Option::as_ref).map_or(u64::MAX, |c| c.ring.produced);
                     if produced < *count {
                         Next::Block(*cq, q.waiting == Some(*cq))
                     } else {
@@ -1028,23 +1018,16 @@ impl<W> HostGate<W> {
 
     fn push_cqe(&mut self, cq: CqHandle, wc: Wc) {
         let Some(c) = self.cqs.get_mut(cq.0 as usize).and_then(Option::as_mut) else { return };
-        if c.overrun {
+        if c.ring.overrun {
             return;
         }
-        c.produced += 1;
-        if c.entries.len() as u32 >= c.depth {
-            if c.ignore_overrun {
-                c.entries.pop_front();
-            } else {
-                c.overrun = true;
-                let users = c.users.clone();
-                for qi in users {
-                    self.enter_error(qi, true);
-                }
-                return;
+        if !c.ring.push(wc) {
+            let users = c.users.clone();
+            for qi in users {
+                self.enter_error(qi, true);
             }
+            return;
         }
-        c.entries.push_back(wc);
         let waiters = std::mem::take(&mut c.waiters);
         for qi in waiters {
             self.wake(qi, cq);
@@ -1251,14 +1234,7 @@ impl<W> HostGate<W> {
             .get_mut(cq.0 as usize)
             .and_then(Option::as_mut)
             .ok_or(RnicError::InvalidHandle { kind: "cq", id: cq.0 })?;
-        if c.overrun {
-            return Err(RnicError::CqOverrun { cq: cq.0 });
-        }
-        let n = out.len().min(c.entries.len());
-        for (slot, wc) in out.iter_mut().zip(c.entries.drain(..n)) {
-            *slot = wc;
-        }
-        Ok(n)
+        c.ring.poll(cq, out)
     }
 }
 

@@ -70,15 +70,22 @@ pub enum OobError {
     #[error("malformed out-of-band message: {0}")]
     Malformed(String),
     /// No peer within the time allowed.
-    #[error("out-of-band exchange timed out: {0}")]
-    Timeout(String),
+    #[error("out-of-band exchange timed out: {what}")]
+    Timeout {
+        /// What was being waited for.
+        what: String,
+        /// The socket's timeout error, when a socket call timed out (not
+        /// when the exchange's own deadline passed).
+        #[source]
+        source: Option<std::io::Error>,
+    },
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> OobError {
     let context = context.into();
     move |source| {
         if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
-            OobError::Timeout(format!("{context}: {source}"))
+            OobError::Timeout { what: context, source: Some(source) }
         } else {
             OobError::Io { context, source }
         }
@@ -208,7 +215,8 @@ impl OobConn {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() >= deadline {
                         let at = listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string());
-                        return Err(OobError::Timeout(format!("no peer connected to {at} within {timeout:?}")));
+                        let what = format!("no peer connected to {at} within {timeout:?}");
+                        return Err(OobError::Timeout { what, source: None });
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -229,7 +237,8 @@ impl OobConn {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(OobError::Timeout(format!("could not connect to {target} within {timeout:?}")));
+                let what = format!("could not connect to {target} within {timeout:?}");
+                return Err(OobError::Timeout { what, source: None });
             }
             match TcpStream::connect_timeout(&target, left) {
                 Ok(stream) => return OobConn::new(stream, Role::Client, timeout),
@@ -433,13 +442,13 @@ mod tests {
     fn timeouts_are_reported() {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let r = OobConn::accept(&listener, Duration::from_millis(50));
-        assert!(matches!(r, Err(OobError::Timeout(ref m)) if m.contains("no peer")), "{:?}", r.err());
+        assert!(matches!(r, Err(OobError::Timeout { ref what, .. }) if what.contains("no peer")), "{:?}", r.err());
         // A port nobody listens on: refused until the deadline.
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind");
             l.local_addr().expect("addr").port()
         };
         let r = OobConn::connect(("127.0.0.1", port), Duration::from_millis(100));
-        assert!(matches!(r, Err(OobError::Timeout(_))), "{:?}", r.err());
+        assert!(matches!(r, Err(OobError::Timeout { .. })), "{:?}", r.err());
     }
 }

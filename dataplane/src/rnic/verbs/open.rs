@@ -49,77 +49,9 @@ fn open_impl(name: &str, _gid: &GidChoice) -> Result<Box<dyn Rnic>, RnicError> {
 }
 
 impl<R: Rnic + ?Sized> Rnic for Box<R> {
-    fn device_info(&self) -> DeviceInfo {
-        (**self).device_info()
-    }
-
-    fn cross_channel(&self) -> CrossChannel {
-        (**self).cross_channel()
-    }
-
-    fn port_info(&self) -> PortInfo {
-        (**self).port_info()
-    }
-
-    fn clock_ns(&self) -> u64 {
-        (**self).clock_ns()
-    }
-
-    fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {
-        (**self).alloc_pd()
-    }
-
-    fn reg_mr(&mut self, pd: PdHandle, len: usize, access: AccessFlags) -> Result<Mr, RnicError> {
-        (**self).reg_mr(pd, len, access)
-    }
-
-    fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), RnicError> {
-        (**self).dereg_mr(mr)
-    }
-
-    fn write_mr(&mut self, mr: MrHandle, offset: usize, data: &[u8]) -> Result<(), RnicError> {
-        (**self).write_mr(mr, offset, data)
-    }
-
-    fn read_mr(&self, mr: MrHandle, offset: usize, out: &mut [u8]) -> Result<(), RnicError> {
-        (**self).read_mr(mr, offset, out)
-    }
-
-    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
-        (**self).create_cq(attr)
-    }
-
-    fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), RnicError> {
-        (**self).destroy_cq(cq)
-    }
-
-    fn create_qp(&mut self, pd: PdHandle, attr: QpInitAttr) -> Result<Qp, RnicError> {
-        (**self).create_qp(pd, attr)
-    }
-
-    fn modify_qp(&mut self, qp: QpHandle, transition: QpTransition) -> Result<(), RnicError> {
-        (**self).modify_qp(qp, transition)
-    }
-
-    fn qp_state(&self, qp: QpHandle) -> Result<QpState, RnicError> {
-        (**self).qp_state(qp)
-    }
-
-    fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), RnicError> {
-        (**self).destroy_qp(qp)
-    }
-
-    fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        (**self).post_send(qp, wrs)
-    }
-
-    fn post_recv(&mut self, qp: QpHandle, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        (**self).post_recv(qp, wrs)
-    }
-
-    fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
-        (**self).poll_cq(cq, out)
-    }
+    crate::forward_rnic!(|s| (**s); device_info, cross_channel, port_info, clock_ns, alloc_pd, reg_mr, dereg_mr,
+        write_mr, read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp, post_send, post_recv,
+        poll_cq);
 }
 
 #[cfg(test)]

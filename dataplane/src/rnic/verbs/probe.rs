@@ -47,38 +47,42 @@ pub struct IsolationFeature {
 
 /// Where each of PeRF's mechanisms runs on a device with these capabilities.
 pub fn isolation_features(caps: &DeviceCaps) -> Vec<IsolationFeature> {
-    let xc = |in_nic: bool, nic_note: &'static str, host_note: &'static str| {
-        if in_nic {
-            (Placement::InNic, nic_note)
-        } else {
-            (Placement::HostGated, host_note)
-        }
-    };
-    let mut v = Vec::new();
-    let (placement, note) = xc(
-        caps.cross_channel,
-        "the send queue stops at the WQE until the CQ count is reached",
-        "the backend holds the rest of the send queue in host memory until it has reaped enough CQEs",
-    );
-    v.push(IsolationFeature { name: "WAIT (CQE_WAIT)", placement, note });
-    let (placement, note) = xc(
-        caps.cross_channel,
-        "the NIC releases the managed QP's WQEs when it reaches the SEND_ENABLE",
-        "executes on the host when every earlier WQE has been posted; completes in software",
-    );
-    v.push(IsolationFeature { name: "SEND_ENABLE", placement, note });
-    let (placement, note) = xc(
-        caps.managed_send,
-        "the NIC executes only enabled WQEs",
-        "WQEs stay in host memory until a SEND_ENABLE grants credit, then are posted",
-    );
-    v.push(IsolationFeature { name: "managed send queues (QP pause/resume, PCQ hand-off)", placement, note });
-    let (placement, note) = xc(
-        caps.cross_channel,
-        "each dummy takes a turn of the NIC's round-robin scheduler",
-        "dummies complete in software and take no NIC scheduler turn: no weighting effect",
-    );
-    v.push(IsolationFeature { name: "zero-weight WAIT dummies (message-level weighting)", placement, note });
+    // The cross-channel mechanisms: (in the NIC?, name, what that does in
+    // the NIC, what the backend does on the host instead).
+    let cross_channel = [
+        (
+            caps.cross_channel,
+            "WAIT (CQE_WAIT)",
+            "the send queue stops at the WQE until the CQ count is reached",
+            "the backend holds the rest of the send queue in host memory until it has reaped enough CQEs",
+        ),
+        (
+            caps.cross_channel,
+            "SEND_ENABLE",
+            "the NIC releases the managed QP's WQEs when it reaches the SEND_ENABLE",
+            "executes on the host when every earlier WQE has been posted; completes in software",
+        ),
+        (
+            caps.managed_send,
+            "managed send queues (QP pause/resume, PCQ hand-off)",
+            "the NIC executes only enabled WQEs",
+            "WQEs stay in host memory until a SEND_ENABLE grants credit, then are posted",
+        ),
+        (
+            caps.cross_channel,
+            "zero-weight WAIT dummies (message-level weighting)",
+            "each dummy takes a turn of the NIC's round-robin scheduler",
+            "dummies complete in software and take no NIC scheduler turn: no weighting effect",
+        ),
+    ];
+    let mut v: Vec<IsolationFeature> = cross_channel
+        .into_iter()
+        .map(|(in_nic, name, nic_note, host_note)| {
+            let (placement, note) =
+                if in_nic { (Placement::InNic, nic_note) } else { (Placement::HostGated, host_note) };
+            IsolationFeature { name, placement, note }
+        })
+        .collect();
     v.push(IsolationFeature {
         name: "message splitting into sub-requests",
         placement: Placement::Host,

@@ -111,6 +111,23 @@ fn rc_errno(rc: c_int) -> i32 {
     }
 }
 
+/// Destroys a verbs object once: `destroy` (its `ibv_destroy_*` or
+/// `ibv_dereg_mr`) runs only if `released` is not set yet. A failure leaves
+/// the object to the device, so `keep` leaks what the device may still
+/// reach, and the errno is reported.
+fn release_once(released: &mut bool, destroy: impl FnOnce() -> c_int, keep: impl FnOnce()) -> Result<(), RnicError> {
+    if *released {
+        return Ok(());
+    }
+    *released = true;
+    let rc = destroy();
+    if rc != 0 {
+        keep();
+        return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
+    }
+    Ok(())
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions; it returns -1 on error.
@@ -593,19 +610,17 @@ impl Mr {
     }
 
     fn release(&mut self) -> Result<(), RnicError> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        // SAFETY: the MR is live and deregistered once (`released`).
-        let rc = unsafe { ffi::ibv_dereg_mr(self.ptr.as_ptr()) };
-        if rc != 0 {
+        let mr = self.ptr.as_ptr();
+        release_once(
+            &mut self.released,
+            // SAFETY: the MR is live and deregistered once (`released`).
+            || unsafe { ffi::ibv_dereg_mr(mr) },
             // The NIC may still reach the buffer: never free it, keep the PD.
-            std::mem::forget(self.buf.take());
-            std::mem::forget(self.pd.clone());
-            return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
-        }
-        Ok(())
+            || {
+                std::mem::forget(self.buf.take());
+                std::mem::forget(self.pd.clone());
+            },
+        )
     }
 }
 
@@ -1025,20 +1040,13 @@ impl Qp {
         let mut bad: *mut ffi::ibv_send_wr = ptr::null_mut();
         // SAFETY: both vectors are fully built and not touched again until
         // after the call, so the raw pointers derived from them stay valid:
-        // each `next` points at the following element of `wrs` (the last is
-        // NULL from zeroing), each `sg_list` at `count` initialised SGEs of
+        // `chain` points each `next` at the following element of `wrs` (the
+        // last at NULL), each `sg_list` at `count` initialised SGEs of
         // `sges` (NULL when there are none). Every SGE names either
         // registered memory (the NIC checks lkey and bounds) or, for inline
         // WQEs, the WQE's own buffer, alive for the call. The QP is live.
         let rc = unsafe {
-            for (i, &(start, count)) in spans.iter().enumerate() {
-                let w = wr_base.add(i);
-                (*w).num_sge = count as c_int;
-                (*w).sg_list = if count > 0 { sge_base.add(start) } else { ptr::null_mut() };
-                if i + 1 < n {
-                    (*w).next = wr_base.add(i + 1);
-                }
-            }
+            chain(wr_base, sge_base, &spans);
             ffi::ibv_post_send(self.ptr.as_ptr(), wr_base, &mut bad)
         };
         if rc == 0 {
@@ -1071,14 +1079,7 @@ impl Qp {
         // SAFETY: as in `post_send`: fully built vectors, pointers into them
         // only, SGEs checked by the NIC against registered memory, live QP.
         let rc = unsafe {
-            for (i, &(start, count)) in spans.iter().enumerate() {
-                let w = wr_base.add(i);
-                (*w).num_sge = count as c_int;
-                (*w).sg_list = if count > 0 { sge_base.add(start) } else { ptr::null_mut() };
-                if i + 1 < n {
-                    (*w).next = wr_base.add(i + 1);
-                }
-            }
+            chain(wr_base, sge_base, &spans);
             ffi::ibv_post_recv(self.ptr.as_ptr(), wr_base, &mut bad)
         };
         if rc == 0 {
@@ -1087,6 +1088,44 @@ impl Qp {
         Err((bad_index(bad as usize, wr_base as usize, std::mem::size_of::<ffi::ibv_recv_wr>(), n), {
             errno_to_error(Verb::PostRecv, rc_errno(rc), self.caps.max_recv_wr)
         }))
+    }
+}
+
+/// A verbs work request posted as a chain (`ibv_send_wr`, `ibv_recv_wr`).
+trait ChainedWr {
+    /// Points the WR at its `num_sge` SGEs and at the next WR of the chain.
+    fn link(&mut self, sg_list: *mut ffi::ibv_sge, num_sge: c_int, next: *mut Self);
+}
+
+impl ChainedWr for ffi::ibv_send_wr {
+    fn link(&mut self, sg_list: *mut ffi::ibv_sge, num_sge: c_int, next: *mut Self) {
+        (self.sg_list, self.num_sge, self.next) = (sg_list, num_sge, next);
+    }
+}
+
+impl ChainedWr for ffi::ibv_recv_wr {
+    fn link(&mut self, sg_list: *mut ffi::ibv_sge, num_sge: c_int, next: *mut Self) {
+        (self.sg_list, self.num_sge, self.next) = (sg_list, num_sge, next);
+    }
+}
+
+/// Chains the `spans.len()` WRs at `wrs` for one post: WR `i` gets the
+/// `count` SGEs at `sges + start` of `spans[i]` (`sg_list` NULL when it has
+/// none) and points at WR `i + 1`; the last one's `next` is NULL.
+///
+/// # Safety
+/// `wrs` points at `spans.len()` initialised WRs and `sges` at an array
+/// holding every span, both valid for writes and not otherwise borrowed
+/// while this runs.
+unsafe fn chain<W: ChainedWr>(wrs: *mut W, sges: *mut ffi::ibv_sge, spans: &[(usize, usize)]) {
+    for (i, &(start, count)) in spans.iter().enumerate() {
+        // SAFETY: `i` and `start` lie inside the arrays (the caller's
+        // promise), so every pointer formed and the WR written are theirs.
+        unsafe {
+            let sg_list = if count > 0 { sges.add(start) } else { ptr::null_mut() };
+            let next = if i + 1 < spans.len() { wrs.add(i + 1) } else { ptr::null_mut() };
+            (*wrs.add(i)).link(sg_list, count as c_int, next);
+        }
     }
 }
 
@@ -1103,21 +1142,20 @@ impl Qp {
     }
 
     fn release(&mut self) -> Result<(), RnicError> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        // SAFETY: the QP is live and destroyed once (`released`); its PD and
-        // CQs are kept alive by the Arcs this struct holds until after this.
-        let rc = unsafe { ffi::ibv_destroy_qp(self.ptr.as_ptr()) };
-        if rc != 0 {
+        let qp = self.ptr.as_ptr();
+        release_once(
+            &mut self.released,
+            // SAFETY: the QP is live and destroyed once (`released`); its PD
+            // and CQs are kept alive by the Arcs this struct holds until
+            // after this.
+            || unsafe { ffi::ibv_destroy_qp(qp) },
             // The device still holds the QP: keep what it references.
-            std::mem::forget(self.pd.clone());
-            std::mem::forget(self.send_cq.clone());
-            std::mem::forget(self.recv_cq.clone());
-            return Err(errno_to_error(Verb::Destroy, rc_errno(rc), 0));
-        }
-        Ok(())
+            || {
+                std::mem::forget(self.pd.clone());
+                std::mem::forget(self.send_cq.clone());
+                std::mem::forget(self.recv_cq.clone());
+            },
+        )
     }
 }
 

@@ -15,11 +15,11 @@ pub use std::collections::{HashMap, HashSet};
 pub use perf_dataplane::engine::{
     Completion, CompletionKind, Dataplane, DataplaneConfig, PostRefused, RequestOp, TenantHandle, WorkRequest,
 };
-pub use perf_dataplane::perftest::Side;
 pub use perf_dataplane::policy::PolicyHost;
 pub use perf_dataplane::rnic::connect::{bring_up, endpoint};
 pub use perf_dataplane::rnic::sim::{SimFabric, SimRnic, PS_PER_NS};
 pub use perf_dataplane::rnic::{AccessFlags, Mr, QpTransition, RemoteAddr, Rnic, WcStatus};
+pub use perf_dataplane::traffic::Side;
 pub use perf_policy_sdk::{Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan, TenantStats};
 pub use proptest::prelude::*;
 pub use proptest::test_runner::RngSeed;

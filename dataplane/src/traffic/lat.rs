@@ -42,6 +42,16 @@ fn recv_off(size: u32) -> usize {
     size as usize
 }
 
+/// Posts the receive for the next `size`-byte message (at least one byte)
+/// into the receive half of `side`'s buffer, on its QP.
+fn post_recv<R: Rnic>(side: &mut Side<R>, size: u32) -> Result<(), AppError> {
+    let size = size.max(1);
+    let sge = [side.mr.sge(recv_off(size), size)];
+    let qp = side.qps[0].handle;
+    side.nic.post_recv(qp, &[RecvWr { wr_id: u64::MAX, sgl: &sge }])?;
+    Ok(())
+}
+
 /// The client (timing) side.
 pub struct LatClient<R: Rnic> {
     side: Side<R>,
@@ -128,14 +138,6 @@ impl<R: Rnic> LatClient<R> {
         Ok(())
     }
 
-    fn post_recv(&mut self) -> Result<(), AppError> {
-        let size = self.cfg.size.max(1);
-        let sge = [self.side.mr.sge(recv_off(size), size)];
-        let qp = self.side.qps[0].handle;
-        self.side.nic.post_recv(qp, &[RecvWr { wr_id: u64::MAX, sgl: &sge }])?;
-        Ok(())
-    }
-
     fn finish(&mut self) {
         let rtt = self.now_ps().saturating_sub(self.t0_ps);
         let lat = if self.cfg.op == TestOp::Read { rtt } else { rtt / 2 };
@@ -153,7 +155,7 @@ impl<R: Rnic> App for LatClient<R> {
         if !self.primed {
             self.primed = true;
             if self.cfg.op == TestOp::Send {
-                self.post_recv()?;
+                post_recv(&mut self.side, self.cfg.size)?;
             }
         }
         let mut did = false;
@@ -178,7 +180,7 @@ impl<R: Rnic> App for LatClient<R> {
             }
             if replied {
                 if self.cfg.op == TestOp::Send {
-                    self.post_recv()?;
+                    post_recv(&mut self.side, self.cfg.size)?;
                 }
                 self.finish();
                 did = true;
@@ -228,14 +230,6 @@ impl<R: Rnic> LatServer<R> {
         self.expect += 1;
         Ok(())
     }
-
-    fn post_recv(&mut self) -> Result<(), AppError> {
-        let size = self.cfg.size.max(1);
-        let sge = [self.side.mr.sge(recv_off(size), size)];
-        let qp = self.side.qps[0].handle;
-        self.side.nic.post_recv(qp, &[RecvWr { wr_id: u64::MAX, sgl: &sge }])?;
-        Ok(())
-    }
 }
 
 impl<R: Rnic> App for LatServer<R> {
@@ -246,7 +240,7 @@ impl<R: Rnic> App for LatServer<R> {
         if !self.primed {
             self.primed = true;
             if self.cfg.op == TestOp::Send {
-                self.post_recv()?;
+                post_recv(&mut self.side, self.cfg.size)?;
             }
         }
         let tag = (self.expect % 255) as u8 + 1;
@@ -267,7 +261,7 @@ impl<R: Rnic> App for LatServer<R> {
         }
         if got {
             if self.cfg.op == TestOp::Send {
-                self.post_recv()?;
+                post_recv(&mut self.side, self.cfg.size)?;
             }
             self.reply(tag)?;
         }

@@ -1,4 +1,5 @@
-//! PeRF as published (the ATC '24 paper and the authors' code; `docs/policies.md#perf`),
+//! PeRF's preemption mechanism (the `perf` policy and those built on it)
+//! as published (the ATC '24 paper and the authors' code; `docs/policies.md#perf`),
 //! every constant a [`PerfParams`] field with the paper's default:
 //!
 //! - **Classifier**, every `classify_interval_ns` (5 ms), from the largest

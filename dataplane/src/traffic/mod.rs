@@ -1,8 +1,10 @@
-//! perftest-style traffic generators that drive an [`Rnic`] directly, with
-//! no dataplane and no policy in between: the `ib_write_bw` /
-//! `ib_write_lat` families ([`bw`], [`lat`]), the virtual-time driver that
-//! runs them on a [`SimFabric`] ([`run_virtual`]), and the calibration
-//! suite built from them ([`calibrate`]).
+//! Traffic on an [`Rnic`]: perftest-style generators that drive it
+//! directly, with no dataplane and no policy in between (the
+//! `ib_write_bw` / `ib_write_lat` families, [`bw`], [`lat`]), the
+//! calibration suite built from them ([`calibrate`]), the [`App`] trait
+//! every application on a host implements (the generators, the dataplane,
+//! the runner's tenants), and the virtual-time driver that runs apps on a
+//! [`SimFabric`] ([`run_virtual`]).
 
 pub mod bw;
 pub mod calibrate;

@@ -1,5 +1,6 @@
-//! `perf`: PeRF's preemption, every constant a parameter with the paper's
-//! default. The code lives in `perf-policy-common` (the mechanism) and the
+//! The `perf` policy (`--policy perf`): PeRF's preemption, every constant a
+//! parameter with the paper's default. The code lives in
+//! `perf-policy-common` (the mechanism, its `preemption` module) and the
 //! `perf-policy-perf` crate (`policies/perf`), which is also compiled to
 //! the `perf.wasm` policy module; this module re-exports it and holds its
 //! native tests, so the native and the wasm policy are the same code.

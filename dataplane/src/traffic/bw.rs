@@ -377,8 +377,8 @@ impl<R: Rnic> App for BwServer<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::perftest::run_virtual;
     use crate::rnic::sim::{ClockMode, RnicProfile, SimFabric};
+    use crate::traffic::run_virtual;
 
     /// One alone run; returns the average and the peak.
     fn measure(op: TestOp, size: u32, qps: usize, post_list: u32, iters: Option<u64>) -> (BwResult, BwResult) {
