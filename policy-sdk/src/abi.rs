@@ -169,9 +169,16 @@ pub enum DecodeError {
     Short,
     /// The `class` field holds no [`TenantClass`].
     BadClass(u32),
-    /// The control block's tick interval is not a positive `i64`.
+}
+
+/// Why a control block (ABI 1.5) read back from a guest is not valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlError {
+    /// The buffer is shorter than the block.
+    Short,
+    /// The tick interval is not a positive `i64`.
     BadTickInterval(u64),
-    /// The control block's `request_calls` holds no [`RequestCalls`].
+    /// `request_calls` holds no [`RequestCalls`].
     BadRequestCalls(u32),
 }
 
@@ -197,16 +204,16 @@ impl Control {
 
 /// Reads the control block from the first [`CONTROL_SIZE`] bytes of `b`:
 /// the tick interval (ns, positive) and the request-call declaration.
-pub fn decode_control(b: &[u8]) -> Result<(u64, RequestCalls), DecodeError> {
+pub fn decode_control(b: &[u8]) -> Result<(u64, RequestCalls), ControlError> {
     if b.len() < CONTROL_SIZE {
-        return Err(DecodeError::Short);
+        return Err(ControlError::Short);
     }
     let tick = get_u64(b, offset_of!(Control, tick_interval_ns));
     if tick == 0 || tick > i64::MAX as u64 {
-        return Err(DecodeError::BadTickInterval(tick));
+        return Err(ControlError::BadTickInterval(tick));
     }
     let w = get_u32(b, offset_of!(Control, request_calls));
-    let calls = RequestCalls::from_word(w).ok_or(DecodeError::BadRequestCalls(w))?;
+    let calls = RequestCalls::from_word(w).ok_or(ControlError::BadRequestCalls(w))?;
     Ok((tick, calls))
 }
 
@@ -457,15 +464,15 @@ mod tests {
         }
         assert_eq!(&b[12..16], &[0; 4], "reserved is zeroed");
         encode_control(0, RequestCalls::Every, &mut b);
-        assert_eq!(decode_control(&b), Err(DecodeError::BadTickInterval(0)));
+        assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(0)));
         encode_control(1 << 63, RequestCalls::Every, &mut b);
-        assert_eq!(decode_control(&b), Err(DecodeError::BadTickInterval(1 << 63)));
+        assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(1 << 63)));
         encode_control(10, RequestCalls::Every, &mut b);
         for w in [2u32, 4, 6, 8, 1 << 31, 9] {
             b[8..12].copy_from_slice(&w.to_le_bytes());
-            assert_eq!(decode_control(&b), Err(DecodeError::BadRequestCalls(w)), "{w:#x}");
+            assert_eq!(decode_control(&b), Err(ControlError::BadRequestCalls(w)), "{w:#x}");
         }
-        assert_eq!(decode_control(&b[..CONTROL_SIZE - 1]), Err(DecodeError::Short));
+        assert_eq!(decode_control(&b[..CONTROL_SIZE - 1]), Err(ControlError::Short));
     }
 
     #[test]
