@@ -72,11 +72,8 @@ fn buffers() -> &'static mut Buffers {
 
 /// Rewrites the control block (ABI 1.5) from `p`.
 fn refresh_control<T: Policy>(p: &T, control: &mut Control) {
-    *control = Control {
-        tick_interval_ns: p.tick_interval_ns(),
-        request_calls: p.request_calls().to_word(),
-        reserved: 0,
-    };
+    *control =
+        Control { tick_interval_ns: p.tick_interval_ns(), request_calls: p.request_calls().to_word(), reserved: 0 };
 }
 
 /// `perf_init`: (re)creates the policy and writes the control block; 0.

@@ -476,9 +476,7 @@ impl RequestCalls {
         match self {
             RequestCalls::Every => 0,
             RequestCalls::Plan { sends } => Self::PLAN | if sends { Self::SENDS } else { 0 },
-            RequestCalls::PlanExceptShort { sends } => {
-                Self::PLAN | Self::SHORT | if sends { Self::SENDS } else { 0 }
-            }
+            RequestCalls::PlanExceptShort { sends } => Self::PLAN | Self::SHORT | if sends { Self::SENDS } else { 0 },
         }
     }
 

@@ -446,6 +446,19 @@ fn stats_key(s: &TenantStats) -> StatsKey {
     ]
 }
 
+/// Whether two records differ, word by word (inlined: a call of `memcmp`
+/// per record would cost more than the record's encoding).
+fn differ<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
+    let (a, _) = a.as_chunks::<8>();
+    let (b, _) = b.as_chunks::<8>();
+    a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (u64::from_ne_bytes(*x) ^ u64::from_ne_bytes(*y))) != 0
+}
+
+/// Whether two stats keys differ (as [`differ`]).
+fn keys_differ(a: &StatsKey, b: &StatsKey) -> bool {
+    a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (x ^ y)) != 0
+}
+
 /// The host's copy of a resident module's tables (ABI 1.5): what it last
 /// wrote into the stats table, and the plan and pacing records as it last
 /// wrote or decoded them (values and bytes). Record `i` of a table is
@@ -1100,7 +1113,7 @@ impl WasmPolicy {
         let (recs, _) = b.as_chunks_mut::<{ abi::STATS_SIZE }>();
         for (i, (s, rec)) in stats.iter().zip(recs).enumerate() {
             let key = stats_key(s);
-            if i >= r.stats_known || r.stats[i] != key {
+            if i >= r.stats_known || keys_differ(&r.stats[i], &key) {
                 abi::encode_stats(s, rec);
                 r.stats[i] = key;
                 counts.stats_written += 1;
@@ -1126,7 +1139,7 @@ impl WasmPolicy {
         let b = self.memory.data(&self.store).get(pp..pp + n * abi::PLAN_SIZE).ok_or_else(|| outside("plans"))?;
         let (recs, _) = b.as_chunks::<{ abi::PLAN_SIZE }>();
         for (i, (rec, known)) in recs.iter().zip(r.plan_bytes.iter_mut()).enumerate() {
-            if rec != known {
+            if differ(rec, known) {
                 r.plans[i] = abi::decode_plan(rec)
                     .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("plan of tenant {i}: {e:?}")))?;
                 *known = *rec;
@@ -1158,7 +1171,7 @@ impl WasmPolicy {
                 .ok_or_else(|| Fault::new(FaultKind::Marshal, "pacing buffer outside memory"))?;
             let (recs, _) = b.as_chunks::<{ abi::PACING_SIZE }>();
             for (i, (rec, known)) in recs.iter().zip(r.pacing_bytes.iter_mut()).enumerate() {
-                if i >= r.pacing_known || rec != known {
+                if i >= r.pacing_known || differ(rec, known) {
                     r.pacing[i] = abi::decode_pacing(rec)
                         .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("pacing of tenant {i}: {e:?}")))?;
                     *known = *rec;
