@@ -2,7 +2,9 @@
 //! a wasm module in the sandbox, under both of the host's interruption
 //! mechanisms (epoch deadline, fuel), as ratios measured in one run:
 //! `on_tick` over 64 tenants (one scheduling round), `on_request`,
-//! `on_tenant`, `tick_interval_ns`. Then the interruption mechanisms
+//! `on_tenant`, `tick_interval_ns`; and the round and the per-message hook
+//! as the dataplane's loop calls them, through the `PolicyHost` (see
+//! `HOOKS`). Then the interruption mechanisms
 //! alone (`perf_benches::interrupt`): per-call and per-loop-iteration
 //! cost of a trivial module with no bound, an epoch deadline and fuel.
 //! And the cold load time of the module (compile + validate + init).
@@ -24,7 +26,8 @@ use perf_dataplane::policy::wasm::{
     adversarial, embedded, CallBudget, Interruption, WasmLimits, WasmPolicy, DEFAULT_CALL_FUEL,
     DEFAULT_TICK_FUEL_PER_TENANT,
 };
-use perf_policy_sdk::{Policy, RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
+use perf_dataplane::policy::PolicyHost;
+use perf_policy_sdk::{Pacing, Policy, RequestInfo, RequestOp, TenantInfo, TenantPlan, TenantStats};
 
 /// 64 tenants: a third bandwidth, a third delay-, a third message-sensitive.
 fn stats() -> Vec<TenantStats> {
@@ -52,40 +55,108 @@ fn time(n: u32, mut f: impl FnMut(u32)) -> f64 {
     t0.elapsed().as_nanos() as f64 / n as f64
 }
 
-/// The hooks measured.
-const HOOKS: [&str; 4] = ["on_tick64", "on_request", "on_tenant", "tick_interval"];
+/// The hooks measured. `on_tick64`, `on_request`, `on_tenant` and
+/// `tick_interval` call the policy itself (`Perf`, `WasmPolicy`): the cost
+/// of a call. `round64`, `round64_churn`, `request` and `request_call` go
+/// through the [`PolicyHost`], as the dataplane's loop calls it: a round is
+/// `on_tick` and `on_pacing` over 64 tenants (with the plans' validation),
+/// its statistics unchanged from the last tick or every record changed
+/// (`_churn`); `request` is a 1 MB WRITE (for `perf`, ABI 1.5, the host
+/// answers it from the tenant's plan without a call) and `request_call`
+/// a 2 KB one under a plan with zero-weight WRs (shorter than a chunk:
+/// `perf` is called, for its carry).
+const HOOKS: [&str; 8] =
+    ["on_tick64", "round64", "round64_churn", "on_request", "request", "request_call", "on_tenant", "tick_interval"];
 
-/// The `perf` policy, native or in the sandbox, with its plans.
-enum Subject {
+/// The hooks that are a round over 64 tenants (10 calls per run).
+fn is_round(h: usize) -> bool {
+    h <= 2
+}
+
+/// The `perf` policy itself, native or in the sandbox.
+enum Raw {
     Native(Box<Perf>),
     Wasm(Box<WasmPolicy>),
 }
 
+/// The `perf` policy, native or in the sandbox: called itself and through
+/// a [`PolicyHost`] (another instance), with their plans.
+struct Subject {
+    raw: Raw,
+    host: PolicyHost,
+    plans: Vec<TenantPlan>,
+    host_plans: Vec<TenantPlan>,
+    pacing: Vec<Pacing>,
+}
+
+/// What a call is given: the statistics (and their churned copy), and the
+/// requests.
+struct Inputs {
+    stats: Vec<TenantStats>,
+    churned: Vec<TenantStats>,
+    big: RequestInfo,
+    short: RequestInfo,
+}
+
 impl Subject {
+    fn native() -> Self {
+        Self::of(Raw::Native(Box::default()), PolicyHost::new(Box::<Perf>::default()))
+    }
+
     fn wasm(interruption: Interruption) -> Self {
         let bytes = embedded::by_name("perf").expect("the build script embeds policies/perf as wasm");
         let limits = WasmLimits { interruption, ..WasmLimits::default() };
-        Subject::Wasm(Box::new(WasmPolicy::from_bytes(bytes, limits).expect("perf.wasm loads")))
+        let load = || WasmPolicy::from_bytes(bytes, limits).expect("perf.wasm loads");
+        Self::of(Raw::Wasm(Box::new(load())), PolicyHost::wasm(load()))
+    }
+
+    fn of(raw: Raw, host: PolicyHost) -> Self {
+        let n = stats().len();
+        Subject {
+            raw,
+            host,
+            plans: vec![TenantPlan::PASSTHROUGH; n],
+            host_plans: vec![TenantPlan::PASSTHROUGH; n],
+            pacing: vec![Pacing::UNLIMITED; n],
+        }
     }
 
     /// One call of hook `h` (an index into [`HOOKS`]).
-    fn call(&mut self, h: usize, i: u32, s: &[TenantStats], plans: &mut [TenantPlan], req: &RequestInfo) {
+    fn call(&mut self, h: usize, i: u32, x: &Inputs) {
         let t = TenantInfo { tenant: i % 64, qps: 4, weight: 1 };
-        match (self, h) {
-            (Subject::Native(p), 0) => p.on_tick(i as u64, s, plans),
-            (Subject::Native(p), 1) => {
-                std::hint::black_box(p.on_request(req, &plans[0]));
+        let (s, plans) = (&x.stats, &mut self.plans);
+        match h {
+            1 | 2 => {
+                let s = if h == 2 && i % 2 == 1 { &x.churned } else { &x.stats };
+                self.host.on_tick(i as u64, s, &mut self.host_plans);
+                self.host.on_pacing(i as u64, &mut self.pacing);
+                return;
             }
-            (Subject::Native(p), 2) => p.on_tenant(&t),
-            (Subject::Native(p), _) => {
+            4 => {
+                std::hint::black_box(self.host.on_request(&x.big, &self.host_plans[0]));
+                return;
+            }
+            5 => {
+                std::hint::black_box(self.host.on_request(&x.short, &self.host_plans[0]));
+                return;
+            }
+            _ => {}
+        }
+        match (&mut self.raw, h) {
+            (Raw::Native(p), 0) => p.on_tick(i as u64, s, plans),
+            (Raw::Native(p), 3) => {
+                std::hint::black_box(p.on_request(&x.big, &plans[0]));
+            }
+            (Raw::Native(p), 6) => p.on_tenant(&t),
+            (Raw::Native(p), _) => {
                 std::hint::black_box(p.tick_interval_ns());
             }
-            (Subject::Wasm(w), 0) => w.on_tick(i as u64, s, plans).expect("on_tick"),
-            (Subject::Wasm(w), 1) => {
-                std::hint::black_box(w.on_request(req, &plans[0]).expect("on_request"));
+            (Raw::Wasm(w), 0) => w.on_tick(i as u64, s, plans).expect("on_tick"),
+            (Raw::Wasm(w), 3) => {
+                std::hint::black_box(w.on_request(&x.big, &plans[0]).expect("on_request"));
             }
-            (Subject::Wasm(w), 2) => w.on_tenant(&t).expect("on_tenant"),
-            (Subject::Wasm(w), _) => {
+            (Raw::Wasm(w), 6) => w.on_tenant(&t).expect("on_tenant"),
+            (Raw::Wasm(w), _) => {
                 std::hint::black_box(w.tick_interval_ns().expect("tick_interval_ns"));
             }
         }
@@ -95,31 +166,43 @@ impl Subject {
 fn main() {
     let runs = runs();
     // Calls per run: about 50 us of wasm calls.
-    let calls_of = |h: usize| if h == 0 { 10 } else { 1_000 };
+    let calls_of = |h: usize| if is_round(h) { 10 } else { 1_000 };
     let mut rec = Recorder::new("policy_round");
     let s = stats();
-    let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 4 };
+    // Every record changed (bytes, which `perf` does not read: the same
+    // decisions, every stats record crossing).
+    let churned = s.iter().map(|r| TenantStats { bytes: r.bytes + 1, ..*r }).collect();
+    let req = |len| RequestInfo { tenant: 0, qp: 0, len, op: RequestOp::Write, depth: 4 };
+    let inputs = Inputs { stats: s, churned, big: req(1 << 20), short: req(2048) };
 
-    println!("policy cost, perf policy: median ns per call ({runs} runs of 10 on_tick / 1000 other calls, the three measured in turn)");
+    println!("policy cost, perf policy: median ns per call ({runs} runs of 10 rounds / 1000 other calls, the three measured in turn)");
     let mut subjects = [
-        Subject::Native(Box::default()),
+        Subject::native(),
         Subject::wasm(Interruption::Epoch(Duration::from_millis(50))),
         Subject::wasm(Interruption::Fuel(u64::MAX / 2)),
     ];
-    let mut plans: Vec<Vec<TenantPlan>> = (0..3).map(|_| vec![TenantPlan::PASSTHROUGH; s.len()]).collect();
-    let mut cost = [[0.0f64; 4]; 3];
+    // The plans the requests are decided under: one round first.
+    for sub in &mut subjects {
+        sub.call(0, 0, &inputs);
+        sub.call(1, 0, &inputs);
+    }
+    let mut cost = [[0.0f64; HOOKS.len()]; 3];
     for (h, _) in HOOKS.iter().enumerate() {
         let mut samples: [Vec<f64>; 3] = Default::default();
         for _ in 0..runs {
             for (k, sub) in subjects.iter_mut().enumerate() {
-                let p = &mut plans[k];
-                samples[k].push(time(calls_of(h), |i| sub.call(h, i, &s, p, &req)));
+                samples[k].push(time(calls_of(h), |i| sub.call(h, i, &inputs)));
             }
         }
         for k in 0..3 {
             cost[k][h] = perf_benches::median(&mut samples[k]);
         }
     }
+    for sub in &subjects {
+        assert!(sub.host.exit_info().is_none(), "the hosted perf runs throughout");
+    }
+    let answered = subjects[1].host.counters.plan_answers;
+    println!("  (the wasm host answered {answered} requests from the plan, without a call)");
     let [native, epoch, fuel] = cost;
     println!(
         "  {:<14} {:>10} {:>10} {:>10} {:>12} {:>11}",
@@ -132,7 +215,7 @@ fn main() {
         rec.figure(&format!("policy/{hook}/wasm_epoch_ns"), ep, "ns");
         rec.figure(&format!("policy/{hook}/wasm_fuel_ns"), fu, "ns");
         // Hooks that cost a few native ns give ratios too unstable to guard.
-        if nat >= 5.0 || *hook == "on_request" {
+        if nat >= 5.0 || matches!(*hook, "on_request" | "request" | "request_call") {
             rec.ratio(&format!("policy/{hook}/wasm_epoch_over_native"), ep / nat);
             rec.ratio(&format!("policy/{hook}/wasm_fuel_over_native"), fu / nat);
         } else {

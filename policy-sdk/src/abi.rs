@@ -22,12 +22,28 @@
 //!   and [`SET_PARAM_EXPORT`]): [`PARAMS_SIZE`] bytes; for each run-time
 //!   parameter the host writes the key's UTF-8 bytes then the value's and
 //!   calls `perf_set_param(key_len, value_len)`, after `perf_init` and
-//!   before the first `perf_on_tenant`.
+//!   before the first `perf_on_tenant`;
+//! - the **control block** (ABI 1.5, optional export [`CONTROL_EXPORT`]):
+//!   one [`Control`] ([`CONTROL_SIZE`] bytes), owned by the guest, which
+//!   the SDK's glue rewrites after `perf_init`, each `perf_set_param` and
+//!   each `perf_on_tick`: the tick interval and the module's
+//!   [`RequestCalls`] declaration. The host reads it after those calls
+//!   instead of calling `perf_tick_interval_ns`.
+//!
+//! **Resident tables (ABI 1.5).** For a module of ABI 1.5 or later the
+//! stats and plans buffers are resident: the host rewrites only the
+//! records that changed since it last wrote them (a stats record that
+//! differs from the one it last wrote, a plan that differs from the one it
+//! last wrote or read back), and after `perf_on_tick` decodes only the
+//! plan and pacing records whose bytes differ from those it last read.
+//! The stats buffer is the host's: a module must not write it (one that
+//! does sees its own writes until the host next rewrites the record).
+//! Before 1.5 every call carries every record, as it always did.
 //!
 //! The layouts are those of the `#[repr(C)]` types on wasm32 (checked at
 //! compile time below, on every target), so the guest reads them in place.
 
-use crate::{Pacing, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats};
+use crate::{Pacing, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats};
 use core::mem::{align_of, offset_of, size_of};
 
 /// Most tenants one `perf_on_tick` call carries: the buffers hold this many
@@ -59,6 +75,18 @@ pub const SET_PARAM_EXPORT: &str = "perf_set_param";
 pub const PARAMS_SIZE: usize = 256;
 /// The ABI minor version that introduced [`SET_PARAM_EXPORT`].
 pub const PARAMS_MINOR: u16 = 2;
+/// The ABI minor version from which the stats and plans buffers are
+/// resident (see the module documentation).
+pub const RESIDENT_MINOR: u16 = 5;
+/// The optional export (ABI 1.5) `perf_control_ptr() -> i32`: the address
+/// of the control block ([`Control`]). Without it the host calls
+/// `perf_tick_interval_ns` after each tick, and calls `perf_on_request`
+/// for every request.
+pub const CONTROL_EXPORT: &str = "perf_control_ptr";
+/// Size in bytes of the control block.
+pub const CONTROL_SIZE: usize = 16;
+/// The ABI minor version that introduced [`CONTROL_EXPORT`].
+pub const CONTROL_MINOR: u16 = 5;
 /// Size in bytes of one [`RequestInfo`] record.
 pub const REQUEST_SIZE: usize = 24;
 /// Offset of the tenant plan inside the request slot.
@@ -141,6 +169,61 @@ pub enum DecodeError {
     Short,
     /// The `class` field holds no [`TenantClass`].
     BadClass(u32),
+}
+
+/// Why a control block (ABI 1.5) read back from a guest is not valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlError {
+    /// The buffer is shorter than the block.
+    Short,
+    /// The tick interval is not a positive `i64`.
+    BadTickInterval(u64),
+    /// `request_calls` holds no [`RequestCalls`].
+    BadRequestCalls(u32),
+}
+
+/// The control block (ABI 1.5, [`CONTROL_EXPORT`]): what the module says
+/// of itself, rewritten by the SDK's glue after `perf_init`, each
+/// `perf_set_param` and each `perf_on_tick`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Control {
+    /// `Policy::tick_interval_ns`, in ns (`1..=i64::MAX`).
+    pub tick_interval_ns: u64,
+    /// `Policy::request_calls`, as [`RequestCalls::to_word`].
+    pub request_calls: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+impl Control {
+    /// A block before the glue first writes it: an interval of 0, which
+    /// the host refuses.
+    pub const EMPTY: Control = Control { tick_interval_ns: 0, request_calls: 0, reserved: 0 };
+}
+
+/// Reads the control block from the first [`CONTROL_SIZE`] bytes of `b`:
+/// the tick interval (ns, positive) and the request-call declaration.
+pub fn decode_control(b: &[u8]) -> Result<(u64, RequestCalls), ControlError> {
+    if b.len() < CONTROL_SIZE {
+        return Err(ControlError::Short);
+    }
+    let tick = get_u64(b, offset_of!(Control, tick_interval_ns));
+    if tick == 0 || tick > i64::MAX as u64 {
+        return Err(ControlError::BadTickInterval(tick));
+    }
+    let w = get_u32(b, offset_of!(Control, request_calls));
+    let calls = RequestCalls::from_word(w).ok_or(ControlError::BadRequestCalls(w))?;
+    Ok((tick, calls))
+}
+
+/// Writes a control block of `tick_interval_ns` and `calls` into the
+/// first [`CONTROL_SIZE`] bytes of `b` (panics if shorter).
+pub fn encode_control(tick_interval_ns: u64, calls: RequestCalls, b: &mut [u8]) {
+    let b = &mut b[..CONTROL_SIZE];
+    b.fill(0);
+    put_u64(b, offset_of!(Control, tick_interval_ns), tick_interval_ns);
+    put_u32(b, offset_of!(Control, request_calls), calls.to_word());
 }
 
 /// Reads a [`Pacing`] record from the first [`PACING_SIZE`] bytes of `b`
@@ -292,6 +375,8 @@ const _: () = {
     assert!(size_of::<RequestSlot>() == REQUEST_SLOT_SIZE);
     assert!(size_of::<Pacing>() == PACING_SIZE && align_of::<Pacing>() == 8);
     assert!(offset_of!(Pacing, burst_bytes) == 8 && offset_of!(Pacing, paused) == 16);
+    assert!(size_of::<Control>() == CONTROL_SIZE && align_of::<Control>() == 8);
+    assert!(offset_of!(Control, request_calls) == 8);
 };
 
 #[cfg(test)]
@@ -361,6 +446,74 @@ mod tests {
         assert_eq!(Pacing { paused: 2, ..p }.validate(), Err(crate::Rejection::BadPacing));
         assert_eq!(Pacing::rate(1000, 0).validate(), Err(crate::Rejection::BadPacing), "a bucket needs a burst");
         assert_eq!(Pacing::rate(crate::limits::MAX_RATE + 1, 4096).validate(), Err(crate::Rejection::BadPacing));
+    }
+
+    #[test]
+    fn the_control_block_round_trips_and_refuses_nonsense() {
+        let mut b = [0xAAu8; CONTROL_SIZE];
+        for calls in [
+            RequestCalls::Every,
+            RequestCalls::Plan { sends: false },
+            RequestCalls::Plan { sends: true },
+            RequestCalls::PlanExceptShort { sends: false },
+            RequestCalls::PlanExceptShort { sends: true },
+        ] {
+            encode_control(1_000_000, calls, &mut b);
+            assert_eq!(decode_control(&b), Ok((1_000_000, calls)));
+            assert_eq!(RequestCalls::from_word(calls.to_word()), Some(calls));
+        }
+        assert_eq!(&b[12..16], &[0; 4], "reserved is zeroed");
+        encode_control(0, RequestCalls::Every, &mut b);
+        assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(0)));
+        encode_control(1 << 63, RequestCalls::Every, &mut b);
+        assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(1 << 63)));
+        encode_control(10, RequestCalls::Every, &mut b);
+        for w in [2u32, 4, 6, 8, 1 << 31, 9] {
+            b[8..12].copy_from_slice(&w.to_le_bytes());
+            assert_eq!(decode_control(&b), Err(ControlError::BadRequestCalls(w)), "{w:#x}");
+        }
+        assert_eq!(decode_control(&b[..CONTROL_SIZE - 1]), Err(ControlError::Short));
+    }
+
+    #[test]
+    fn the_plan_rule_answers_without_a_call() {
+        let plan = TenantPlan {
+            split: SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 16 },
+            split_threshold: 1024,
+            ..TenantPlan::PASSTHROUGH
+        };
+        let req = |len, op| RequestInfo { tenant: 0, qp: 0, len, op, depth: 1 };
+        let w = RequestOp::Write;
+        let plain = RequestCalls::Plan { sends: false };
+        assert_eq!(RequestCalls::Every.answer(&req(1 << 20, w), &plan), None);
+        assert_eq!(plain.answer(&req(1 << 20, w), &plan), Some(plan.split));
+        assert_eq!(plain.answer(&req(1023, w), &plan), Some(SplitPlan::WHOLE));
+        assert_eq!(plain.answer(&req(2048, w), &plan), Some(plan.split));
+        assert_eq!(plain.answer(&req(1 << 20, RequestOp::Send), &plan), Some(SplitPlan::WHOLE));
+        assert_eq!(RequestCalls::Plan { sends: true }.answer(&req(1 << 20, RequestOp::Send), &plan), Some(plan.split));
+        let short = RequestCalls::PlanExceptShort { sends: true };
+        assert_eq!(short.answer(&req(2048, w), &plan), None, "shorter than a chunk, zero-weight WRs: a call");
+        assert_eq!(short.answer(&req(16384, w), &plan), Some(plan.split));
+        assert_eq!(short.answer(&req(512, w), &plan), Some(SplitPlan::WHOLE));
+        let no_zw = TenantPlan { split: SplitPlan { zero_weight_per_chunk: 0, ..plan.split }, ..plan };
+        assert_eq!(short.answer(&req(2048, w), &no_zw), Some(no_zw.split));
+        let never = TenantPlan { split_threshold: 0, ..plan };
+        assert_eq!(short.answer(&req(1 << 20, w), &never), Some(SplitPlan::WHOLE));
+        // The plan rule with `sends: false` is the default `on_request`.
+        struct Default0;
+        impl crate::Policy for Default0 {
+            fn name(&self) -> &str {
+                "d"
+            }
+        }
+        for len in [0u64, 1, 1023, 1024, 4096, 16384, 1 << 30] {
+            for op in [RequestOp::Write, RequestOp::Send, RequestOp::Read] {
+                for p in [plan, no_zw, never, TenantPlan::PASSTHROUGH] {
+                    let want = crate::Policy::on_request(&mut Default0, &req(len, op), &p);
+                    assert_eq!(plain.answer(&req(len, op), &p), Some(want));
+                }
+            }
+        }
     }
 
     #[test]

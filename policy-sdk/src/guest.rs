@@ -6,7 +6,7 @@
 //! and the host never re-enters a module, so the cells below are only ever
 //! touched by one call at a time.
 
-use crate::abi::{self, RequestSlot, MAX_TENANTS, PARAMS_SIZE};
+use crate::abi::{self, Control, RequestSlot, MAX_TENANTS, PARAMS_SIZE};
 use crate::{Pacing, Policy, TenantPlan, TenantStats, ABI_VERSION};
 use core::cell::UnsafeCell;
 
@@ -49,6 +49,7 @@ struct Buffers {
     pacing: [Pacing; MAX_TENANTS],
     request: RequestSlot,
     params: [u8; PARAMS_SIZE],
+    control: Control,
 }
 
 struct BufferCell(UnsafeCell<Buffers>);
@@ -61,11 +62,30 @@ static BUFFERS: BufferCell = BufferCell(UnsafeCell::new(Buffers {
     pacing: [Pacing::UNLIMITED; MAX_TENANTS],
     request: RequestSlot::EMPTY,
     params: [0; PARAMS_SIZE],
+    control: Control::EMPTY,
 }));
 
 fn buffers() -> &'static mut Buffers {
     // SAFETY: see the module comment; no two of these are live at once.
     unsafe { &mut *BUFFERS.0.get() }
+}
+
+/// Rewrites the control block (ABI 1.5) from `p`.
+fn refresh_control<T: Policy>(p: &T, control: &mut Control) {
+    *control =
+        Control { tick_interval_ns: p.tick_interval_ns(), request_calls: p.request_calls().to_word(), reserved: 0 };
+}
+
+/// `perf_init`: (re)creates the policy and writes the control block; 0.
+pub fn init<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i32 {
+    cell.init(init);
+    cell.with(init, |p| refresh_control(p, &mut buffers().control));
+    0
+}
+
+/// `perf_control_ptr` (ABI 1.5).
+pub fn control_ptr() -> i32 {
+    &buffers().control as *const Control as i32
 }
 
 /// `perf_abi_version`.
@@ -105,7 +125,13 @@ pub fn set_param<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, key_len: i32,
     let (Ok(key), Ok(value)) = (core::str::from_utf8(key), core::str::from_utf8(value)) else {
         return crate::ParamError::Malformed as i32;
     };
-    match cell.with(init, |p| p.set_param(key, value)) {
+    let r = cell.with(init, |p| {
+        let r = p.set_param(key, value);
+        // The key and value are read: the buffers may be borrowed again.
+        refresh_control(p, &mut buffers().control);
+        r
+    });
+    match r {
         Ok(()) => 0,
         Err(e) => e as i32,
     }
@@ -154,6 +180,7 @@ pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n:
     cell.with(init, |p| {
         p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]);
         p.on_pacing(now_ns as u64, &mut b.pacing[..n]);
+        refresh_control(p, &mut b.control);
     });
     0
 }

@@ -15,7 +15,10 @@
 //!   rate limit ([`Pacing`], a token bucket) the dataplane enforces by
 //!   holding data WQEs in software;
 //! - [`Policy::set_param`] before the first tenant (ABI 1.2): a run-time
-//!   parameter, `key=value` as text (`--policy perf:max_active_qps=4`).
+//!   parameter, `key=value` as text (`--policy perf:max_active_qps=4`);
+//! - [`Policy::request_calls`] (ABI 1.5): which requests need
+//!   [`Policy::on_request`] at all; for the others the host applies the
+//!   tenant plan's split itself, without a call.
 //!
 //! The host validates every answer (see [`SplitPlan::validate`],
 //! [`TenantPlan::validate`]) and falls back to a safe default, counting
@@ -56,7 +59,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 4);
+pub const ABI_VERSION: (u16, u16) = (1, 5);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -408,6 +411,88 @@ pub fn parse_param_min<T: core::str::FromStr + PartialOrd>(value: &str, min: T) 
     parse_param(value).and_then(|v| if v >= min { Ok(v) } else { Err(ParamError::BadValue) })
 }
 
+/// Which requests the host calls [`Policy::on_request`] for (ABI 1.5;
+/// [`Policy::request_calls`]). For the others the host answers itself
+/// from the tenant's plan, by the plan rule ([`RequestCalls::answer`]): a
+/// message of at least `split_threshold` bytes (a threshold of 0 never
+/// splits) is split by the plan's `split`, anything else goes whole. The
+/// answer is the same as the call's only if the policy's `on_request`
+/// follows that rule for those requests, and changes no state there: a
+/// policy declares what holds of its own code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestCalls {
+    /// Every request is a call (the default, and every module before ABI
+    /// 1.5): for a policy whose `on_request` keeps state or decides beyond
+    /// the plan.
+    #[default]
+    Every,
+    /// No request is a call: the split is always the plan rule's (the
+    /// default `on_request`, with `sends: false`).
+    Plan {
+        /// Whether a SEND is split like a WRITE (ABI 1.4: by rendezvous);
+        /// `false` keeps every SEND whole.
+        sends: bool,
+    },
+    /// The plan rule, except for the messages the plan splits that are
+    /// shorter than its chunk while the plan has zero-weight WRs: those
+    /// are calls (PeRF's zero-weight carry: a short message earns its
+    /// bytes' worth of zero-weight WRs, the rest carried to the tenant's
+    /// next).
+    PlanExceptShort {
+        /// As in [`RequestCalls::Plan`].
+        sends: bool,
+    },
+}
+
+impl RequestCalls {
+    /// Wire bit: the host may answer from the plan.
+    const PLAN: u32 = 1;
+    /// Wire bit: SENDs are split like WRITEs.
+    const SENDS: u32 = 2;
+    /// Wire bit: short messages with zero-weight WRs are calls.
+    const SHORT: u32 = 4;
+
+    /// The answer for `req` under its tenant's `plan` without a call, or
+    /// `None` if the request is a call.
+    pub fn answer(&self, req: &RequestInfo, plan: &TenantPlan) -> Option<SplitPlan> {
+        let (sends, short) = match *self {
+            RequestCalls::Every => return None,
+            RequestCalls::Plan { sends } => (sends, false),
+            RequestCalls::PlanExceptShort { sends } => (sends, true),
+        };
+        if plan.split_threshold == 0 || req.len < plan.split_threshold || (req.op == RequestOp::Send && !sends) {
+            return Some(SplitPlan::WHOLE);
+        }
+        if short && plan.split.zero_weight_per_chunk > 0 && req.len < plan.split.chunk_bytes as u64 {
+            return None;
+        }
+        Some(plan.split)
+    }
+
+    /// The wire value (the control block's `request_calls`, ABI 1.5):
+    /// 0 for [`RequestCalls::Every`], else bit 0 (plan) with bit 1 (SENDs
+    /// split) and bit 2 (short messages are calls).
+    pub const fn to_word(self) -> u32 {
+        match self {
+            RequestCalls::Every => 0,
+            RequestCalls::Plan { sends } => Self::PLAN | if sends { Self::SENDS } else { 0 },
+            RequestCalls::PlanExceptShort { sends } => Self::PLAN | Self::SHORT | if sends { Self::SENDS } else { 0 },
+        }
+    }
+
+    /// The declaration of wire value `w`, if it is one (any other bit, or
+    /// bits 1-2 without bit 0, is not).
+    pub const fn from_word(w: u32) -> Option<RequestCalls> {
+        let sends = w & Self::SENDS != 0;
+        Some(match w {
+            0 => RequestCalls::Every,
+            _ if w & !(Self::PLAN | Self::SENDS | Self::SHORT) != 0 || w & Self::PLAN == 0 => return None,
+            _ if w & Self::SHORT != 0 => RequestCalls::PlanExceptShort { sends },
+            _ => RequestCalls::Plan { sends },
+        })
+    }
+}
+
 /// A scheduling policy. Every hook has a default, so a policy overrides
 /// only what it needs.
 pub trait Policy {
@@ -457,14 +542,27 @@ pub trait Policy {
     fn set_param(&mut self, _key: &str, _value: &str) -> Result<(), ParamError> {
         Err(ParamError::UnknownKey)
     }
+
+    /// Which requests need [`Policy::on_request`] (ABI 1.5); the host
+    /// answers the others from the tenant plan without a call
+    /// ([`RequestCalls::answer`]), which takes the per-message hook off a
+    /// wasm module's per-message path. Default: [`RequestCalls::Every`]
+    /// (a policy that overrides `on_request` keeps being called for every
+    /// request unless it says otherwise). A policy that keeps the default
+    /// `on_request` may return `RequestCalls::Plan { sends: false }`. The
+    /// host asks after creating the policy, after each parameter and after
+    /// each tick; it must hold for the policy's `on_request` from then on.
+    fn request_calls(&self) -> RequestCalls {
+        RequestCalls::Every
+    }
 }
 
 /// Exports a [`Policy`] type as a wasm policy module: generates, for
 /// `wasm32` builds only, every export of the ABI (`perf_abi_version`,
 /// `perf_init`, `perf_on_tenant`, `perf_on_request`, `perf_on_tick`,
 /// `perf_tick_interval_ns`, the buffer and name getters, the optional
-/// `perf_pacing_ptr` of ABI 1.1 and `perf_params_ptr` / `perf_set_param`
-/// of ABI 1.2; see [`abi`])
+/// `perf_pacing_ptr` of ABI 1.1, `perf_params_ptr` / `perf_set_param`
+/// of ABI 1.2 and `perf_control_ptr` of ABI 1.5; see [`abi`])
 /// around one static instance, and a panic handler that traps (so the
 /// policy crate must be `#![no_std]`). On other targets it expands to
 /// nothing, so the same crate also builds as a native library.
@@ -491,8 +589,7 @@ macro_rules! export_policy {
             }
             #[no_mangle]
             extern "C" fn perf_init() -> i32 {
-                POLICY.init(INIT);
-                0
+                g::init(&POLICY, INIT)
             }
             #[no_mangle]
             extern "C" fn perf_on_tenant(tenant: i32, qps: i32, weight: i32) {
@@ -533,6 +630,10 @@ macro_rules! export_policy {
             #[no_mangle]
             extern "C" fn perf_set_param(key_len: i32, value_len: i32) -> i32 {
                 g::set_param(&POLICY, INIT, key_len, value_len)
+            }
+            #[no_mangle]
+            extern "C" fn perf_control_ptr() -> i32 {
+                g::control_ptr()
             }
             #[no_mangle]
             extern "C" fn perf_max_tenants() -> i32 {

@@ -25,15 +25,23 @@ pub mod registry;
 pub mod wasm;
 
 use perf_policy_sdk::{
-    Pacing, ParamError, Policy, Rejection, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats,
+    Pacing, ParamError, Policy, Rejection, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan,
+    TenantStats,
 };
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
 /// Counters of the policy host.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PolicyCounters {
-    /// Hook calls made.
+    /// Hook calls made. An `on_request` the host answered from the plan
+    /// ([`PolicyCounters::plan_answers`]) counts as a call too, so that
+    /// the figures that charge per call (the loop's cost model) stay as
+    /// they were.
     pub calls: u64,
+    /// `on_request`s the host answered from the tenant's plan without
+    /// calling the policy, as the policy declared it may
+    /// ([`Policy::request_calls`], ABI 1.5).
+    pub plan_answers: u64,
     /// Decisions rejected by validation (replaced by the safe default).
     pub rejections: u64,
     /// Calls into a wasm policy that trapped or timed out.
@@ -119,6 +127,9 @@ pub struct PolicyHost {
     /// Drop the pacing of a policy the host fell back from.
     reset_pacing: bool,
     wasm_tick_ns: u64,
+    /// Which requests the policy wants `on_request` for (read after
+    /// creation, parameters and ticks).
+    request_calls: RequestCalls,
 }
 
 impl PolicyHost {
@@ -137,6 +148,7 @@ impl PolicyHost {
             reset_plans: false,
             reset_pacing: false,
             wasm_tick_ns: passthrough::Passthrough.tick_interval_ns(),
+            request_calls: RequestCalls::Every,
         };
         h.refresh_tick();
         h
@@ -273,6 +285,7 @@ impl PolicyHost {
         c.rejections += old.counters.rejections;
         c.traps += old.counters.traps;
         c.fallbacks += old.counters.fallbacks;
+        c.plan_answers += old.counters.plan_answers;
         let mine = std::mem::take(&mut self.exits);
         self.exits = old.exits.iter().cloned().chain(mine).collect();
         let extra = self.exits.len().saturating_sub(MAX_EXITS);
@@ -326,6 +339,7 @@ impl PolicyHost {
         });
         self.exited = true;
         self.policy = Hosted::Native(Box::new(passthrough::Passthrough));
+        self.request_calls = passthrough::Passthrough.request_calls();
         self.reset_plans = true;
         self.reset_pacing = true;
     }
@@ -340,14 +354,30 @@ impl PolicyHost {
         v.max(10_000)
     }
 
-    /// Re-reads the wasm policy's tick interval.
+    /// Re-reads what the policy says of itself: a wasm policy's tick
+    /// interval (from its control block, ABI 1.5, else by a call), and
+    /// which requests need `on_request` ([`Policy::request_calls`]).
     fn refresh_tick(&mut self) {
-        if let Hosted::Wasm(w) = &mut self.policy {
-            match w.tick_interval_ns() {
-                Ok(v) => self.wasm_tick_ns = v,
-                Err(f) => self.fall_back("tick_interval_ns", f),
+        match &mut self.policy {
+            Hosted::Native(p) => self.request_calls = p.request_calls(),
+            Hosted::Wasm(w) => {
+                self.request_calls = w.request_calls();
+                if let Some(v) = w.declared_tick_interval_ns() {
+                    self.wasm_tick_ns = v;
+                    return;
+                }
+                match w.tick_interval_ns() {
+                    Ok(v) => self.wasm_tick_ns = v,
+                    Err(f) => self.fall_back("tick_interval_ns", f),
+                }
             }
         }
+    }
+
+    /// Which requests the running policy wants `on_request` for (the host
+    /// answers the others from the plan).
+    pub fn request_calls(&self) -> RequestCalls {
+        self.request_calls
     }
 
     /// A tenant appeared.
@@ -366,6 +396,17 @@ impl PolicyHost {
     /// The validated split plan for a request.
     pub fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
         self.counters.calls += 1;
+        if let Some(s) = self.request_calls.answer(req, plan) {
+            // The policy declared this answer its own (ABI 1.5): no call.
+            self.counters.plan_answers += 1;
+            return match s.validate() {
+                Ok(()) => s,
+                Err(_) => {
+                    self.counters.rejections += 1;
+                    SplitPlan::WHOLE
+                }
+            };
+        }
         let s = match &mut self.policy {
             Hosted::Native(p) => p.on_request(req, plan),
             Hosted::Wasm(w) => match w.on_request(req, plan) {
@@ -405,7 +446,10 @@ impl PolicyHost {
             plans.fill(TenantPlan::PASSTHROUGH);
         }
         match &mut self.policy {
-            Hosted::Native(p) => p.on_tick(now_ns, stats, plans),
+            Hosted::Native(p) => {
+                p.on_tick(now_ns, stats, plans);
+                self.request_calls = p.request_calls();
+            }
             Hosted::Wasm(w) => {
                 let res =
                     w.on_tick(now_ns, stats, plans).and_then(|()| first_invalid("plan", plans, TenantPlan::validate));

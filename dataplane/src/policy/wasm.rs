@@ -28,7 +28,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
-use perf_policy_sdk::{Pacing, ParamError, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION};
+use perf_policy_sdk::{
+    Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION,
+};
 use wasmtime::{
     Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
     TypedFunc, ValType,
@@ -416,10 +418,96 @@ pub struct WasmPolicy {
     pacing_ptr: Option<usize>,
     /// The params buffer and `perf_set_param` (ABI 1.2, optional exports).
     params: Option<(usize, SetParam)>,
+    /// The control block (ABI 1.5, optional export).
+    control_ptr: Option<usize>,
+    /// What the control block said at its last read: the tick interval
+    /// and the request-call declaration.
+    control: Option<(u64, RequestCalls)>,
+    /// The host's copy of the resident tables (ABI 1.5); `None` before.
+    resident: Option<Box<Resident>>,
     max_tenants: usize,
     name: String,
     abi_version: (u16, u16),
     limits: WasmLimits,
+}
+
+/// A [`TenantStats`] record as words, for a cheap exact comparison (the
+/// EWMA by its bits).
+type StatsKey = [u64; 8];
+
+fn stats_key(s: &TenantStats) -> StatsKey {
+    let pair = |a: u32, b: u32| a as u64 | (b as u64) << 32;
+    [
+        pair(s.tenant, s.qps),
+        pair(s.backlogged_qps, s.max_depth),
+        s.ewma_msg_bytes.to_bits(),
+        s.max_msg_bytes,
+        s.completed,
+        s.bytes,
+        s.mean_latency_ns,
+        pair(s.weight, s.p99_latency_ns),
+    ]
+}
+
+/// Whether two records differ, word by word (inlined: a call of `memcmp`
+/// per record would cost more than the record's encoding).
+fn differ<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
+    let (a, _) = a.as_chunks::<8>();
+    let (b, _) = b.as_chunks::<8>();
+    a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (u64::from_ne_bytes(*x) ^ u64::from_ne_bytes(*y))) != 0
+}
+
+/// Whether two stats keys differ (as [`differ`]).
+fn keys_differ(a: &StatsKey, b: &StatsKey) -> bool {
+    a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (x ^ y)) != 0
+}
+
+/// The host's copy of a resident module's tables (ABI 1.5): what it last
+/// wrote into the stats table, and the plan and pacing records as it last
+/// wrote or decoded them (values and bytes). Record `i` of a table is
+/// known for `i` below its `*_known`; an unknown record is always written
+/// (stats, plans) or decoded (plans, pacing).
+struct Resident {
+    stats: Vec<StatsKey>,
+    stats_known: usize,
+    plans: Vec<TenantPlan>,
+    plan_bytes: Vec<[u8; abi::PLAN_SIZE]>,
+    plans_known: usize,
+    pacing: Vec<Pacing>,
+    pacing_bytes: Vec<[u8; abi::PACING_SIZE]>,
+    pacing_known: usize,
+    /// Records of the last tick: written (stats and plans) and decoded
+    /// (plans).
+    last: ResidentCounts,
+}
+
+impl Resident {
+    fn new(max_tenants: usize) -> Self {
+        Resident {
+            stats: vec![[0; 8]; max_tenants],
+            stats_known: 0,
+            plans: vec![TenantPlan::PASSTHROUGH; max_tenants],
+            plan_bytes: vec![[0; abi::PLAN_SIZE]; max_tenants],
+            plans_known: 0,
+            pacing: vec![Pacing::UNLIMITED; max_tenants],
+            pacing_bytes: vec![[0; abi::PACING_SIZE]; max_tenants],
+            pacing_known: 0,
+            last: ResidentCounts::default(),
+        }
+    }
+}
+
+/// What the last `on_tick` of a module with resident tables (ABI 1.5)
+/// moved across the sandbox ([`WasmPolicy::resident_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResidentCounts {
+    /// Stats records written into the module's table.
+    pub stats_written: usize,
+    /// Plans written into the module's table (the host's plan differed
+    /// from what the table held).
+    pub plans_written: usize,
+    /// Plans read back and decoded (their bytes changed in the call).
+    pub plans_decoded: usize,
 }
 
 /// Which instrumentation an engine compiles in.
@@ -676,8 +764,15 @@ impl WasmPolicy {
         } else {
             None
         };
-        // ABI 1.2: run-time parameters (a module without them takes none).
         let has = |name| module.get_export(name).is_some();
+        // ABI 1.5: the control block (a module without it is asked for its
+        // tick interval by a call, and called for every request).
+        let control_ptr = if module_version.1 >= abi::CONTROL_MINOR && has(abi::CONTROL_EXPORT) {
+            Some(ptr(abi::CONTROL_EXPORT)?)
+        } else {
+            None
+        };
+        // ABI 1.2: run-time parameters (a module without them takes none).
         let params =
             if module_version.1 >= abi::PARAMS_MINOR && has(abi::SET_PARAM_EXPORT) && has(abi::PARAMS_PTR_EXPORT) {
                 let at = ptr(abi::PARAMS_PTR_EXPORT)?;
@@ -701,6 +796,7 @@ impl WasmPolicy {
             ("request", request_ptr, abi::REQUEST_SLOT_SIZE),
             ("pacing", pacing_ptr.unwrap_or(0), if pacing_ptr.is_some() { max_tenants * abi::PACING_SIZE } else { 0 }),
             ("params", params.as_ref().map_or(0, |p| p.0), if params.is_some() { abi::PARAMS_SIZE } else { 0 }),
+            ("control", control_ptr.unwrap_or(0), if control_ptr.is_some() { abi::CONTROL_SIZE } else { 0 }),
         ] {
             if p % abi::BUFFER_ALIGN != 0 {
                 return Err(LoadError::BadBuffer { what, detail: format!("address {p:#x} is not 8-byte aligned") });
@@ -721,7 +817,8 @@ impl WasmPolicy {
             .ok_or_else(|| LoadError::BadName("outside memory".into()))
             .and_then(|b| std::str::from_utf8(b).map_err(|e| LoadError::BadName(e.to_string())))?
             .to_string();
-        Ok(WasmPolicy {
+        let resident = (module_version.1 >= abi::RESIDENT_MINOR).then(|| Box::new(Resident::new(max_tenants)));
+        let mut policy = WasmPolicy {
             store,
             memory,
             hooks,
@@ -730,11 +827,57 @@ impl WasmPolicy {
             request_ptr,
             pacing_ptr,
             params,
+            control_ptr,
+            control: None,
+            resident,
             max_tenants,
             name,
             abi_version: module_version,
             limits,
-        })
+        };
+        policy.read_control().map_err(|fault| LoadError::Init { hook: "perf_init", fault })?;
+        Ok(policy)
+    }
+
+    /// Reads the control block (ABI 1.5) after a call that rewrites it; a
+    /// module without one has nothing to read.
+    fn read_control(&mut self) -> Result<(), Fault> {
+        let Some(at) = self.control_ptr else { return Ok(()) };
+        let b = self
+            .memory
+            .data(&self.store)
+            .get(at..at.saturating_add(abi::CONTROL_SIZE))
+            .ok_or_else(|| Fault::new(FaultKind::Marshal, "control block outside memory"))?;
+        let c = abi::decode_control(b)
+            .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("control block: {e:?}")))?;
+        self.control = Some(c);
+        Ok(())
+    }
+
+    /// Which requests the module wants `perf_on_request` for, as its
+    /// control block (ABI 1.5) last said; [`RequestCalls::Every`] for a
+    /// module without one.
+    pub fn request_calls(&self) -> RequestCalls {
+        self.control.map_or(RequestCalls::Every, |c| c.1)
+    }
+
+    /// The tick interval the control block (ABI 1.5) last gave, in ns
+    /// (after the load, a parameter or a tick); `None` for a module
+    /// without one (ask by a call: [`WasmPolicy::tick_interval_ns`]).
+    pub fn declared_tick_interval_ns(&self) -> Option<u64> {
+        self.control.map(|c| c.0)
+    }
+
+    /// Whether the module's stats and plans tables are resident (ABI 1.5):
+    /// a tick carries only the records that changed.
+    pub fn resident(&self) -> bool {
+        self.resident.is_some()
+    }
+
+    /// What the last tick of a module with resident tables moved across
+    /// the sandbox (`None` before ABI 1.5).
+    pub fn resident_counts(&self) -> Option<ResidentCounts> {
+        self.resident.as_ref().map(|r| r.last)
     }
 
     /// Loads a module from a file (see [`WasmPolicy::from_bytes`]).
@@ -766,6 +909,9 @@ impl WasmPolicy {
         }
         if let Some(ty) = module.get_export(abi::SET_PARAM_EXPORT) {
             check_func(abi::SET_PARAM_EXPORT, &ty, &[AbiType::I32, AbiType::I32], &[AbiType::I32])?;
+        }
+        if let Some(ty) = module.get_export(abi::CONTROL_EXPORT) {
+            check_func(abi::CONTROL_EXPORT, &ty, &[], &[AbiType::I32])?;
         }
         match module.get_export(abi::MEMORY_EXPORT) {
             Some(ExternType::Memory(_)) => Ok(()),
@@ -915,6 +1061,9 @@ impl WasmPolicy {
             ));
         }
         self.store.data_mut().now_ns = now_ns;
+        if self.resident.is_some() {
+            return self.on_tick_resident(now_ns, &stats[..n], &mut plans[..n]);
+        }
         let (sp, pp) = (self.stats_ptr, self.plans_ptr);
         self.write(
             sp,
@@ -947,7 +1096,63 @@ impl WasmPolicy {
             *p = abi::decode_plan(rec)
                 .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("plan of tenant {i}: {e:?}")))?;
         }
-        Ok(())
+        self.read_control()
+    }
+
+    /// `on_tick` over resident tables (ABI 1.5): writes the stats records
+    /// and plans that differ from what the tables hold, calls, and decodes
+    /// the plans whose bytes the call changed. Every plan handed back is
+    /// one the host wrote or decoded; what the module left in its tables
+    /// is checked against the host's copy byte for byte, so a module that
+    /// scribbles over them outside a tick only makes its next plans, which
+    /// are decoded and validated like any others.
+    fn on_tick_resident(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) -> Result<(), Fault> {
+        let n = stats.len().min(plans.len());
+        let (sp, pp) = (self.stats_ptr, self.plans_ptr);
+        let outside = |what: &str| Fault::new(FaultKind::Marshal, format!("{what} buffer outside memory"));
+        let Some(r) = self.resident.as_deref_mut() else { return Ok(()) };
+        let mut counts = ResidentCounts::default();
+        let mem = self.memory.data_mut(&mut self.store);
+        let b = mem.get_mut(sp..sp.saturating_add(n * abi::STATS_SIZE)).ok_or_else(|| outside("stats"))?;
+        let (recs, _) = b.as_chunks_mut::<{ abi::STATS_SIZE }>();
+        for (i, (s, rec)) in stats.iter().zip(recs).enumerate() {
+            let key = stats_key(s);
+            if i >= r.stats_known || keys_differ(&r.stats[i], &key) {
+                abi::encode_stats(s, rec);
+                r.stats[i] = key;
+                counts.stats_written += 1;
+            }
+        }
+        r.stats_known = r.stats_known.max(n);
+        let b = mem.get_mut(pp..pp.saturating_add(n * abi::PLAN_SIZE)).ok_or_else(|| outside("plans"))?;
+        let (recs, _) = b.as_chunks_mut::<{ abi::PLAN_SIZE }>();
+        for (i, (p, rec)) in plans.iter().zip(recs).enumerate() {
+            if i >= r.plans_known || r.plans[i] != *p {
+                abi::encode_plan(p, &mut r.plan_bytes[i]);
+                *rec = r.plan_bytes[i];
+                r.plans[i] = *p;
+                counts.plans_written += 1;
+            }
+        }
+        r.plans_known = r.plans_known.max(n);
+        Self::arm_for(&mut self.store, self.limits, n);
+        let rc = self.hooks.on_tick.call(&mut self.store, (now_ns as i64, n as i32)).map_err(Fault::from_wasm)?;
+        if rc != 0 {
+            return Err(Fault::new(FaultKind::InvalidDecision, format!("perf_on_tick returned {rc}, not 0")));
+        }
+        let b = self.memory.data(&self.store).get(pp..pp + n * abi::PLAN_SIZE).ok_or_else(|| outside("plans"))?;
+        let (recs, _) = b.as_chunks::<{ abi::PLAN_SIZE }>();
+        for (i, (rec, known)) in recs.iter().zip(r.plan_bytes.iter_mut()).enumerate() {
+            if differ(rec, known) {
+                r.plans[i] = abi::decode_plan(rec)
+                    .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("plan of tenant {i}: {e:?}")))?;
+                *known = *rec;
+                counts.plans_decoded += 1;
+            }
+        }
+        plans[..n].copy_from_slice(&r.plans[..n]);
+        r.last = counts;
+        self.read_control()
     }
 
     /// Whether the module exports a pacing buffer (ABI 1.1).
@@ -958,9 +1163,28 @@ impl WasmPolicy {
     /// Reads the first `out.len()` pacing records the last `perf_on_tick`
     /// left (decoded, not validated); leaves `out` alone for a module
     /// without a pacing buffer.
-    pub fn read_pacing(&self, out: &mut [Pacing]) -> Result<(), Fault> {
+    pub fn read_pacing(&mut self, out: &mut [Pacing]) -> Result<(), Fault> {
         let Some(at) = self.pacing_ptr else { return Ok(()) };
         let n = out.len().min(self.max_tenants);
+        if let Some(r) = self.resident.as_deref_mut() {
+            // ABI 1.5: decode only the records whose bytes changed.
+            let b = self
+                .memory
+                .data(&self.store)
+                .get(at..at.saturating_add(n * abi::PACING_SIZE))
+                .ok_or_else(|| Fault::new(FaultKind::Marshal, "pacing buffer outside memory"))?;
+            let (recs, _) = b.as_chunks::<{ abi::PACING_SIZE }>();
+            for (i, (rec, known)) in recs.iter().zip(r.pacing_bytes.iter_mut()).enumerate() {
+                if i >= r.pacing_known || differ(rec, known) {
+                    r.pacing[i] = abi::decode_pacing(rec)
+                        .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("pacing of tenant {i}: {e:?}")))?;
+                    *known = *rec;
+                }
+            }
+            r.pacing_known = r.pacing_known.max(n);
+            out[..n].copy_from_slice(&r.pacing[..n]);
+            return Ok(());
+        }
         let b = self
             .memory
             .data(&self.store)
@@ -1000,6 +1224,7 @@ impl WasmPolicy {
         )?;
         Self::arm(&mut self.store, self.limits);
         let rc = set.call(&mut self.store, (k as i32, v as i32)).map_err(Fault::from_wasm)?;
+        self.read_control()?;
         Ok(ParamError::from_u32(rc as u32))
     }
 

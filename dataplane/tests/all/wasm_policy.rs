@@ -408,3 +408,272 @@ fn run_time_parameters_reach_native_and_wasm_policies_alike() {
     let e = old.set_params("wat", &[("max_active_qps", "2")]).expect_err("a 1.0 module has no parameters");
     assert!(e.to_string().contains("has no parameter"), "{e}");
 }
+
+/// ABI 1.5, the version word.
+const V1_5: u32 = 1 << 16 | 5;
+
+/// A control block export (ABI 1.5) at `at`, holding `tick` and the
+/// request-call word `calls`.
+fn control_block(at: u32, tick: u64, calls: u32) -> String {
+    let mut b = tick.to_le_bytes().to_vec();
+    b.extend_from_slice(&calls.to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    let data: String = b.iter().map(|x| format!("\\{x:02x}")).collect();
+    format!("(func (export \"perf_control_ptr\") (result i32) (i32.const {at}))\n(data (i32.const 460000) \"{data}\")")
+}
+
+#[test]
+fn resident_tables_carry_only_what_changed() {
+    let mut wasm = WasmPolicy::from_bytes(perf_wasm(), WasmLimits::default()).expect("perf.wasm loads");
+    assert!(wasm.resident() && wasm.abi_version() >= (1, 5));
+    let mut native = Perf::default();
+    let (mut np, mut wp) = (vec![TenantPlan::PASSTHROUGH; 16], vec![TenantPlan::PASSTHROUGH; 16]);
+    let mut s = stats(12, 1);
+    let mut tick = |n: usize, s: &[TenantStats], wp: &mut [TenantPlan], np: &mut [TenantPlan], at: u64| {
+        native.on_tick(at, &s[..n], &mut np[..n]);
+        wasm.on_tick(at, &s[..n], &mut wp[..n]).expect("on_tick");
+        assert_eq!(np, wp, "at {at}");
+        wasm.resident_counts().expect("resident")
+    };
+    let c = tick(8, &s, &mut wp, &mut np, 1_000_000);
+    assert_eq!((c.stats_written, c.plans_written), (8, 8), "the first tick writes every record");
+    let c = tick(8, &s, &mut wp, &mut np, 2_000_000);
+    assert_eq!((c.stats_written, c.plans_written), (0, 0), "nothing changed: nothing crosses");
+    s[3].bytes += 1;
+    s[5].ewma_msg_bytes += 0.5;
+    let c = tick(8, &s, &mut wp, &mut np, 3_000_000);
+    assert_eq!((c.stats_written, c.plans_written), (2, 0));
+    // A plan the host changed is written back before the next tick.
+    wp[6] = TenantPlan { max_active_qps: 1, quantum_requests: 7, ..TenantPlan::PASSTHROUGH };
+    np[6] = wp[6];
+    let c = tick(8, &s, &mut wp, &mut np, 4_000_000);
+    assert_eq!((c.stats_written, c.plans_written), (0, 1));
+    // Tenants added: only theirs cross; removed: nothing.
+    let c = tick(12, &s, &mut wp, &mut np, 5_000_000);
+    assert_eq!((c.stats_written, c.plans_written), (4, 4));
+    let c = tick(4, &s, &mut wp, &mut np, 6_000_000);
+    assert_eq!((c.stats_written, c.plans_written), (0, 0));
+    // A tenant at an index seen before, with new statistics.
+    s[10] = stats(12, 99)[10];
+    let c = tick(12, &s, &mut wp, &mut np, 7_000_000);
+    assert_eq!(c.stats_written, 1);
+    // The plans that changed in the call are the ones decoded.
+    s = stats(12, 5);
+    let c = tick(12, &s, &mut wp, &mut np, 12_000_000);
+    assert!(c.plans_decoded <= 12 && c.stats_written == 12, "{c:?}");
+}
+
+/// Every built-in policy, native and as its embedded module (ABI 1.5),
+/// through the host as the dataplane calls it: the same plans, rate limits
+/// and split answers over ticks whose statistics change in part, not at
+/// all, or entirely, while tenants come and go, across hot swaps to the
+/// next policy (fresh instances on both sides, the plans carried over).
+#[test]
+fn every_built_in_policy_decides_as_native_over_resident_tables() {
+    let names: Vec<&str> = embedded::NAMES.iter().copied().filter(|n| embedded::by_name(n).is_some()).collect();
+    assert!(names.len() >= 6, "{names:?}");
+    let load = |name: &str| {
+        let native = PolicyHost::builtin(name).expect("built-in");
+        // Fuel alone: a loaded test machine does not stop a call by the clock.
+        let limits = WasmLimits { interruption: Interruption::Fuel(u64::MAX / 2), ..WasmLimits::default() };
+        let (wasm, _) = PolicyHost::load_with(&format!("wasm:{name}"), limits).expect("embedded");
+        assert_eq!(wasm.wasm_abi_version(), Some(perf_policy_sdk::ABI_VERSION), "{name}");
+        assert_eq!(native.request_calls(), wasm.request_calls(), "{name}");
+        (native, wasm)
+    };
+    let (mut np, mut wp) = (vec![TenantPlan::PASSTHROUGH; 64], vec![TenantPlan::PASSTHROUGH; 64]);
+    let (mut npace, mut wpace) =
+        (vec![perf_policy_sdk::Pacing::UNLIMITED; 64], vec![perf_policy_sdk::Pacing::UNLIMITED; 64]);
+    let mut s = stats(64, 0);
+    for (k, name) in names.iter().enumerate() {
+        let (mut native, mut wasm) = load(name);
+        // The rate limits start over with each policy (a module's pacing
+        // buffer is its own; a native policy that does not pace leaves the
+        // record it is handed).
+        npace.fill(perf_policy_sdk::Pacing::UNLIMITED);
+        wpace.fill(perf_policy_sdk::Pacing::UNLIMITED);
+        for t in 0..64u32 {
+            let info = TenantInfo { tenant: t, qps: 1 + t % 4, weight: 1 + t % 3 };
+            native.on_tenant(&info);
+            wasm.on_tenant(&info);
+        }
+        for round in 0..60u64 {
+            let at = (k as u64 * 60 + round) * 1_000_000;
+            let n = [64usize, 64, 3, 17, 17, 64, 1, 40][(round % 8) as usize];
+            match round % 3 {
+                0 => {}
+                1 => {
+                    let fresh = stats(64, at);
+                    for i in (0..64).step_by(4) {
+                        s[i] = fresh[i];
+                    }
+                }
+                _ => s = stats(64, at),
+            }
+            native.on_tick(at, &s[..n], &mut np[..n]);
+            native.on_pacing(at, &mut npace[..n]);
+            wasm.on_tick(at, &s[..n], &mut wp[..n]);
+            wasm.on_pacing(at, &mut wpace[..n]);
+            assert!(wasm.is_wasm() && wasm.exit_info().is_none(), "{name}: {:?}", wasm.exit_info());
+            assert_eq!(np, wp, "{name}, round {round}");
+            assert_eq!(npace, wpace, "{name}, round {round}");
+            assert_eq!(native.tick_interval_ns(), wasm.tick_interval_ns(), "{name}");
+            for t in 0..n {
+                for len in [16u64, 1024, 1536, 2048, 8192, 16384, 1 << 20] {
+                    for op in [RequestOp::Write, RequestOp::Send, RequestOp::Read] {
+                        let req = RequestInfo { tenant: t as u32, qp: t as u32 % 4, len, op, depth: 2 };
+                        let (a, b) = (native.on_request(&req, &np[t]), wasm.on_request(&req, &wp[t]));
+                        assert_eq!(a, b, "{name}, round {round}, {req:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(native.counters.calls, wasm.counters.calls, "{name}");
+        assert_eq!(native.counters.plan_answers, wasm.counters.plan_answers, "{name}");
+        if *name != "fairshare" {
+            assert!(wasm.counters.plan_answers > 0, "{name} declares its answers");
+        }
+    }
+}
+
+/// The answers the host takes from the plan are those the policy would
+/// give: each built-in policy called for every request beside the same
+/// policy hosted (which skips the calls it declared it does not need),
+/// over the same sequence, so that state a call would change (PeRF's
+/// zero-weight carry) is compared too.
+#[test]
+fn answers_from_the_plan_are_the_policies_own() {
+    for r in PolicyHost::BUILTINS {
+        let mut called = r.native();
+        let mut host = PolicyHost::new(r.native());
+        let mut plans = vec![TenantPlan::PASSTHROUGH; 8];
+        for round in 0..20u64 {
+            let s = stats(8, round);
+            called.on_tick(round * 1_000_000, &s, &mut plans);
+            let mut hp = plans.clone();
+            host.on_tick(round * 1_000_000, &s, &mut hp);
+            assert_eq!(plans, hp, "{}", r.name);
+            for t in 0..8u32 {
+                for len in [16u64, 900, 1024, 1100, 1536, 3000, 16383, 16384, 65536] {
+                    for op in [RequestOp::Write, RequestOp::Send, RequestOp::Read] {
+                        let req = RequestInfo { tenant: t, qp: 0, len, op, depth: 1 };
+                        let p = &plans[t as usize];
+                        assert_eq!(called.on_request(&req, p), host.on_request(&req, p), "{}: {req:?}", r.name);
+                    }
+                }
+            }
+        }
+        if host.request_calls() != perf_policy_sdk::RequestCalls::Every {
+            assert!(host.counters.plan_answers > 0, "{}", r.name);
+        }
+    }
+}
+
+#[test]
+fn a_module_that_scribbles_over_its_tables_is_contained() {
+    // A 1.5 module that writes a class that does not exist into tenant 0's
+    // plan from `on_request`, outside a tick: the next tick sees the bytes
+    // changed, decodes them, and drops the module.
+    let scribbler = Wat {
+        version: V1_5,
+        on_request: "(i32.store (i32.const 262184) (i32.const 99)) (i64.const 0)",
+        ..Wat::default()
+    };
+    let mut host = PolicyHost::wasm(scribbler.load(WasmLimits::default()).expect("loads"));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 3];
+    host.on_tick(1, &stats(3, 1), &mut plans);
+    assert!(host.exit_info().is_none());
+    let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 1 };
+    assert_eq!(host.on_request(&req, &plans[0]), SplitPlan::WHOLE);
+    host.on_tick(2, &stats(3, 1), &mut plans);
+    let exit = host.exit_info().expect("dropped");
+    assert_eq!((exit.kind, exit.hook), (FaultKind::InvalidDecision, "on_tick"));
+    assert!(exit.message.contains("tenant 0") && exit.message.contains("BadClass(99)"), "{}", exit.message);
+    assert!(plans.iter().all(|p| *p == TenantPlan::PASSTHROUGH));
+
+    // A tick that changes one plan (tenant 1: a cap of 3, a quantum of 1
+    // request): that one is decoded, the others kept.
+    let one = Wat {
+        version: V1_5,
+        on_tick:
+            "(i32.store (i32.const 262192) (i32.const 3)) (i32.store (i32.const 262196) (i32.const 1)) (i32.const 0)",
+        ..Wat::default()
+    };
+    let mut w = one.load(WasmLimits::default()).expect("loads");
+    let mut plans = vec![TenantPlan { quantum_requests: 5, ..TenantPlan::PASSTHROUGH }; 4];
+    w.on_tick(1, &stats(4, 1), &mut plans).expect("on_tick");
+    let c = w.resident_counts().expect("resident");
+    assert_eq!((c.stats_written, c.plans_written, c.plans_decoded), (4, 4, 1));
+    assert_eq!(plans[1], TenantPlan { max_active_qps: 3, quantum_requests: 1, ..TenantPlan::PASSTHROUGH });
+    assert!(plans.iter().enumerate().all(|(i, p)| i == 1 || p.quantum_requests == 5));
+    // A module that scribbles over the stats table sees its own writes;
+    // the host's copy is what it wrote, and its decisions are still checked.
+    let stats_scribbler =
+        Wat { version: V1_5, on_tick: "(i32.store (i32.const 0) (i32.const -1)) (i32.const 0)", ..Wat::default() };
+    let mut host = PolicyHost::wasm(stats_scribbler.load(WasmLimits::default()).expect("loads"));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 2];
+    for at in 0..3 {
+        host.on_tick(at, &stats(2, 1), &mut plans);
+    }
+    assert!(host.exit_info().is_none() && plans.iter().all(|p| *p == TenantPlan::PASSTHROUGH));
+}
+
+#[test]
+fn the_control_block_is_validated_and_its_declaration_kept() {
+    let with = |version, control: String, on_request: &'static str, on_tick: &'static str| Wat {
+        version,
+        on_request,
+        on_tick,
+        extra: control,
+        ..Wat::default()
+    };
+    let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 1 };
+    let plan = TenantPlan {
+        split: SplitPlan { chunk_bytes: 16384, zero_weight_per_chunk: 2 },
+        split_threshold: 1024,
+        ..TenantPlan::PASSTHROUGH
+    };
+    // A module that declares the plan rule is never called per request
+    // (its `on_request` would trap), and its tick interval is read, not
+    // asked.
+    let m = with(V1_5, control_block(460000, 250_000, 1), "(unreachable)", "(i32.const 0)");
+    let mut host = PolicyHost::wasm(m.load(WasmLimits::default()).expect("loads"));
+    assert_eq!(host.request_calls(), perf_policy_sdk::RequestCalls::Plan { sends: false });
+    assert_eq!(host.tick_interval_ns(), 250_000);
+    assert_eq!(host.on_request(&req, &plan), plan.split);
+    assert_eq!(host.on_request(&RequestInfo { op: RequestOp::Send, ..req }, &plan), SplitPlan::WHOLE);
+    assert!(host.exit_info().is_none());
+    assert_eq!(host.counters.plan_answers, 2);
+    // The same block in a 1.4 module means nothing: every request is a call.
+    let old = with(1 << 16 | 4, control_block(460000, 250_000, 1), "(unreachable)", "(i32.const 0)");
+    let mut host = PolicyHost::wasm(old.load(WasmLimits::default()).expect("loads"));
+    assert_eq!(host.request_calls(), perf_policy_sdk::RequestCalls::Every);
+    assert_eq!(host.on_request(&req, &plan), SplitPlan::WHOLE);
+    assert_eq!(host.exit_info().expect("called, and trapped").kind, FaultKind::Trap);
+    // Nonsense in the block after a tick drops the module.
+    let lying = with(
+        V1_5,
+        control_block(460000, 1_000_000, 1),
+        "(i64.const 0)",
+        "(i32.store (i32.const 460008) (i32.const 128)) (i32.const 0)",
+    );
+    let mut host = PolicyHost::wasm(lying.load(WasmLimits::default()).expect("loads"));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 2];
+    host.on_tick(1, &stats(2, 1), &mut plans);
+    let exit = host.exit_info().expect("dropped");
+    assert_eq!((exit.kind, exit.hook), (FaultKind::InvalidDecision, "on_tick"));
+    assert!(exit.message.contains("BadRequestCalls(128)"), "{}", exit.message);
+    // Refused at load: a zero interval, a block outside memory or misaligned.
+    let e = with(V1_5, control_block(460000, 0, 0), "(i64.const 0)", "(i32.const 0)")
+        .load(WasmLimits::default())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("BadTickInterval(0)"), "{e}");
+    for at in [0x7fff_0000u32, 460001] {
+        let e = with(V1_5, control_block(at, 1000, 0), "(i64.const 0)", "(i32.const 0)")
+            .load(WasmLimits::default())
+            .err()
+            .expect("refused");
+        assert!(matches!(&e, LoadError::BadBuffer { what: "control", .. }), "{e}");
+    }
+}

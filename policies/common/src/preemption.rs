@@ -46,8 +46,8 @@
 
 use perf_policy_sdk::abi::MAX_TENANTS;
 use perf_policy_sdk::{
-    parse_param, parse_param_min, Pacing, ParamError, Policy, RequestInfo, SplitPlan, TenantClass, TenantPlan,
-    TenantStats,
+    parse_param, parse_param_min, Pacing, ParamError, Policy, RequestCalls, RequestInfo, SplitPlan, TenantClass,
+    TenantPlan, TenantStats,
 };
 
 /// How many QPs of a tenant may be active at once.
@@ -647,6 +647,13 @@ impl Policy for Perf {
 
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         self.params.set(key, value)
+    }
+
+    /// [`Policy::on_request`] above is the plan rule with SENDs split,
+    /// except for a message shorter than a chunk that earns zero-weight
+    /// WRs (the carry): only those are calls (ABI 1.5).
+    fn request_calls(&self) -> RequestCalls {
+        RequestCalls::PlanExceptShort { sends: true }
     }
 }
 

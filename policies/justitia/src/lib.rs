@@ -236,6 +236,12 @@ impl Policy for Justitia {
         self.params.tick_interval_ns
     }
 
+    /// The default `on_request` (the plan rule, SENDs whole): no request
+    /// needs a call (ABI 1.5).
+    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
+        perf_policy_sdk::RequestCalls::Plan { sends: false }
+    }
+
     /// [`JustitiaParams::KEYS`]; the policy restarts from the new
     /// parameters (capacity at the line rate).
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {

@@ -18,6 +18,12 @@ impl Policy for Passthrough {
     fn name(&self) -> &str {
         "passthrough"
     }
+
+    /// Plans are passthrough's (no split threshold): every message goes
+    /// whole without a call (ABI 1.5).
+    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
+        perf_policy_sdk::RequestCalls::Plan { sends: false }
+    }
 }
 
 export_policy!(Passthrough);

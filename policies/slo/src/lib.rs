@@ -261,6 +261,12 @@ impl Policy for Slo {
         self.perf.tick_interval_ns()
     }
 
+    /// The default `on_request` (the plan rule, SENDs whole): no request
+    /// needs a call (ABI 1.5).
+    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
+        perf_policy_sdk::RequestCalls::Plan { sends: false }
+    }
+
     /// [`SloParams::KEYS`] and PeRF's; the controller restarts from the
     /// new parameters.
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {

@@ -83,6 +83,12 @@ impl Policy for Weighted {
         self.perf.tick_interval_ns()
     }
 
+    /// The default `on_request` (the plan rule, SENDs whole): no request
+    /// needs a call (ABI 1.5).
+    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
+        perf_policy_sdk::RequestCalls::Plan { sends: false }
+    }
+
     /// PeRF's parameters ([`PerfParams::KEYS`]).
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         self.perf.set_param(key, value)

@@ -98,7 +98,8 @@ const fn bytes(label: &'static str, want: Want, f: fn() -> Vec<u8>) -> Hostile {
 pub const ALL: &[Hostile] = &[
     adv("loop_init", Want::Refused("perf_init")),
     adv("loop_tenant", Want::Refused("on_tenant")),
-    adv("loop_interval", Want::Refused("tick_interval_ns")),
+    // ABI 1.5: `perf_init` fills in the control block, tick interval included.
+    adv("loop_interval", Want::Refused("perf_init")),
     adv("loop_request", Want::Dropped(FaultKind::Timeout, "on_request")),
     adv("loop_tick", Want::Dropped(FaultKind::Timeout, "on_tick")),
     adv("log_loop_tick", Want::Dropped(FaultKind::Timeout, "on_tick")),

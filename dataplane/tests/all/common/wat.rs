@@ -13,6 +13,8 @@ pub struct Wat {
     pub memory_pages: u32,
     pub name_at: u32,
     pub omit: Option<&'static str>,
+    /// More module fields (functions, data), in WAT.
+    pub extra: String,
 }
 
 impl Default for Wat {
@@ -25,6 +27,7 @@ impl Default for Wat {
             memory_pages: 8,
             name_at: 459000,
             omit: None,
+            extra: String::new(),
         }
     }
 }
@@ -53,8 +56,9 @@ impl Wat {
             .map(|(n, body)| format!("(func (export \"{n}\") {body})\n"))
             .collect();
         let text = format!(
-            "(module {imports}\n(memory (export \"memory\") {pages})\n{funcs}(data (i32.const {name_at}) \"wat\"))",
+            "(module {imports}\n(memory (export \"memory\") {pages})\n{funcs}{extra}\n(data (i32.const {name_at}) \"wat\"))",
             imports = self.imports,
+            extra = self.extra,
             pages = self.memory_pages,
             name_at = self.name_at
         );
