@@ -241,8 +241,11 @@ pub struct TenantPlan {
     /// (so it may go over by one WQE), and the room completions free goes
     /// to the tenants in weighted deficit round robin. A tenant with
     /// nothing in flight in a direction may always post one WQE there.
-    /// More is held in software, in order. These bytes were padding
-    /// before, so a 1.2 module leaves them 0.
+    /// More is held in software, in order. The dataplane never lets the
+    /// budget fall below the bandwidth-delay product of the NIC's pipeline
+    /// it measured (0.95 of what keeps the link busy), so a window smaller
+    /// than that shortens nothing further and does not idle the link.
+    /// These bytes were padding before, so a 1.2 module leaves them 0.
     pub window_kib: u16,
     /// The same for READs (ABI 1.3), KiB: the bytes of READ responses
     /// requested and not yet completed (the responder's wire, which the
