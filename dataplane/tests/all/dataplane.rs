@@ -28,18 +28,7 @@ use crate::common;
 use common::*;
 
 proptest! {
-    // A fixed seed (unless PROPTEST_RNG_SEED says otherwise), so every run
-    // checks the same cases; PROPTEST_RNG_SEED=N explores others.
-    #![proptest_config(ProptestConfig {
-        cases: 24,
-        failure_persistence: None,
-        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
-            ProptestConfig::default().rng_seed
-        } else {
-            RngSeed::Fixed(0x5EED_0003)
-        },
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(seeded_config(24, 0x5EED_0003))]
 
     /// Random workloads complete exactly once, in per-QP order, with their
     /// byte counts, never show a hidden completion, and move the right

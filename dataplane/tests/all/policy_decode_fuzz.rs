@@ -16,6 +16,7 @@
 //! `PROPTEST_RNG_SEED=N PROPTEST_CASES=M` explores further (see
 //! docs/security.md).
 
+use crate::common::seeded_config;
 use perf_dataplane::policy::wasm::{FaultKind, WasmLimits};
 use perf_dataplane::policy::PolicyHost;
 use perf_policy_sdk::abi::{self, DecodeError, PLAN_SIZE};
@@ -23,23 +24,6 @@ use perf_policy_sdk::{
     limits, Policy, Rejection, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats,
 };
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
-
-/// Proptest settings: `cases` by default, a fixed seed unless
-/// `PROPTEST_RNG_SEED` is set, `PROPTEST_CASES` overrides the count.
-fn config(cases: u32, seed: u64) -> ProptestConfig {
-    let env_cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok());
-    ProptestConfig {
-        cases: env_cases.unwrap_or(cases),
-        failure_persistence: None,
-        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
-            ProptestConfig::default().rng_seed
-        } else {
-            RngSeed::Fixed(seed)
-        },
-        ..ProptestConfig::default()
-    }
-}
 
 /// The class field's offset in a plan record (`TenantPlan::class`).
 const CLASS_AT: usize = 40;
@@ -99,7 +83,7 @@ fn any_plan() -> impl Strategy<Value = TenantPlan> {
 }
 
 proptest! {
-    #![proptest_config(config(2000, 0xF022_0001))]
+    #![proptest_config(seeded_config(2000, 0xF022_0001))]
 
     /// Any byte string decodes to a plan or a named error, never a panic;
     /// a decoded plan survives re-encoding.
@@ -165,7 +149,7 @@ fn stats(n: usize) -> Vec<TenantStats> {
 }
 
 proptest! {
-    #![proptest_config(config(500, 0xF022_0002))]
+    #![proptest_config(seeded_config(500, 0xF022_0002))]
 
     /// The host keeps a native policy's valid decisions exactly and
     /// replaces each invalid one by the safe default, counting it.
@@ -222,7 +206,7 @@ fn module(plans: &[u8], split: i64) -> Vec<u8> {
 
 proptest! {
     // Each case compiles a module: few cases, still a few seconds.
-    #![proptest_config(config(64, 0xF022_0003))]
+    #![proptest_config(seeded_config(64, 0xF022_0003))]
 
     /// Arbitrary plan bytes and request words from a wasm module: the host
     /// never panics; if every plan decodes and validates it is used as

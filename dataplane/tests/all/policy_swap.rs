@@ -117,16 +117,7 @@ fn run_swapping(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol, swaps: &[(u64, 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 16,
-        failure_persistence: None,
-        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
-            ProptestConfig::default().rng_seed
-        } else {
-            RngSeed::Fixed(0x5EED_0004)
-        },
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(seeded_config(16, 0x5EED_0004))]
 
     /// Random workloads with policy swaps at random times keep
     /// exactly-once, per-QP order and the bytes.

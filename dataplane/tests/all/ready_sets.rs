@@ -25,16 +25,7 @@ fn same_run(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol) -> Result<(), TestC
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 10,
-        failure_persistence: None,
-        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
-            ProptestConfig::default().rng_seed
-        } else {
-            RngSeed::Fixed(0x5EED_0016)
-        },
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(seeded_config(10, 0x5EED_0016))]
 
     /// The same completions, at the same times, with or without ready sets.
     #[test]

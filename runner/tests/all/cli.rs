@@ -6,21 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::common::bin;
 use assert_cmd::Command;
 use serde_json::Value;
 
-fn bin() -> Command {
-    let mut c = Command::cargo_bin("perf-runner").expect("the perf-runner binary");
-    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    c
-}
-
-/// A fresh scratch directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("perf-runner-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    crate::common::scratch("cli", name)
 }
 
 fn stdout(c: &mut Command) -> String {

@@ -11,7 +11,7 @@ use std::process::{Command as Std, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
+use crate::common::bin;
 use serde_json::Value;
 
 /// One real-time run at a time: two dataplanes spinning on the same pinned
@@ -22,17 +22,8 @@ fn realtime_slot() -> MutexGuard<'static, ()> {
     REALTIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn bin() -> Command {
-    let mut c = Command::cargo_bin("perf-runner").expect("the perf-runner binary");
-    c.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-    c
-}
-
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("perf-runner-rt-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    crate::common::scratch("rt", name)
 }
 
 fn svg_texts(path: &Path) -> Vec<String> {

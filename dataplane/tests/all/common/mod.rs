@@ -546,3 +546,20 @@ pub fn post_batch(rig: &mut Rig, ledger: &mut Ledger, t: usize, qps: u32, first_
         post(&rig.tenants[t].h, wr);
     }
 }
+
+/// Proptest settings: `cases` by default, a fixed seed (so every run
+/// checks the same cases) unless `PROPTEST_RNG_SEED` is set, and
+/// `PROPTEST_CASES` overrides the count.
+pub fn seeded_config(cases: u32, seed: u64) -> ProptestConfig {
+    let env_cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok());
+    ProptestConfig {
+        cases: env_cases.unwrap_or(cases),
+        failure_persistence: None,
+        rng_seed: if std::env::var_os("PROPTEST_RNG_SEED").is_some() {
+            ProptestConfig::default().rng_seed
+        } else {
+            RngSeed::Fixed(seed)
+        },
+        ..ProptestConfig::default()
+    }
+}

@@ -72,3 +72,18 @@ pub fn tenant<'a>(report: &'a Value, name: &str) -> &'a Value {
 pub fn num(v: &Value, key: &str) -> f64 {
     v.pointer(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("no number at {key} in {v}"))
 }
+
+/// The built `perf-runner`, run from the repository root.
+pub fn bin() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("perf-runner").expect("the perf-runner binary");
+    c.current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    c
+}
+
+/// A fresh scratch directory for one test of `area`.
+pub fn scratch(area: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("perf-runner-{area}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
