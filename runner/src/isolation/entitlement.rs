@@ -148,7 +148,7 @@ pub fn water_fill(claims: &[Claim]) -> Vec<Entitlement> {
     let n = claims.len();
     let mut rate = vec![0.0f64; n];
     let mut bound: Vec<Option<String>> = vec![None; n];
-    let mut used = [0.0f64; 3];
+    let mut used = [0.0f64; BOTTLENECKS.len()];
     // Rounds: each freezes at least one tenant.
     for _ in 0..=n {
         let live: Vec<usize> = (0..n).filter(|&t| bound[t].is_none()).collect();
@@ -175,7 +175,7 @@ pub fn water_fill(claims: &[Claim]) -> Vec<Entitlement> {
                 step = 0.0;
             }
         }
-        let mut fills = [f64::INFINITY; 4];
+        let mut fills = [f64::INFINITY; BOTTLENECKS.len()];
         for (r, fill) in fills.iter_mut().enumerate() {
             let growth: f64 = live.iter().map(|&t| slope(t) * claims[t].costs.per_msg[r]).sum();
             if growth > 0.0 && growth.is_finite() {
