@@ -72,6 +72,25 @@ impl<R: Rnic> Dataplane<R> {
         }
     }
 
+    /// Charges tenant `t` `ps` for WQEs of a post list still being built
+    /// (settled when the list is posted, [`Dataplane::settle_loop`]).
+    pub(super) fn precharge_loop(&mut self, t: usize, ps: u64) {
+        self.charge_loop(t, ps);
+        self.precharged_ps = self.precharged_ps.saturating_add(ps);
+    }
+
+    /// A post list of tenant `t` went to the NIC, costing `ps`: charges
+    /// what its building did not, or gives back what was not posted.
+    pub(super) fn settle_loop(&mut self, t: usize, ps: u64) {
+        let pre = std::mem::take(&mut self.precharged_ps);
+        if ps >= pre {
+            self.charge_loop(t, ps - pre);
+        } else if self.loop_shared() {
+            let c = &mut self.tenants[t].loop_credit;
+            *c = c.saturating_add((pre - ps).min(i64::MAX as u64) as i64);
+        }
+    }
+
     /// What posting `wqes` WQEs, `signaled` of them signaled, costs the loop, ps.
     pub(super) fn post_cost_ps(&self, wqes: u64, signaled: u64) -> u64 {
         let c = &self.cfg.loop_cost;

@@ -366,6 +366,8 @@ pub struct Dataplane<R: Rnic> {
     before: (Vec<TenantPlan>, Vec<Pacing>),
     /// The loop's busy time on the virtual clock ([`loop_cost`]).
     clock: loop_cost::LoopClock,
+    /// Loop time charged to the post list being built ([`loop_share`]).
+    precharged_ps: u64,
     /// What the port's link moves per ns, bytes (fair admission's budget
     /// grows by what it moves during one of the loop's rounds).
     link_bytes_per_ns: f64,
@@ -449,6 +451,7 @@ impl<R: Rnic> Dataplane<R> {
             rated: IndexSet::default(),
             before: (Vec::new(), Vec::new()),
             clock: loop_cost::LoopClock::default(),
+            precharged_ps: 0,
         })
     }
 

@@ -236,6 +236,10 @@ impl<R: Rnic> Dataplane<R> {
                         q.active_requests += 1;
                         q.active_bytes += len;
                     }
+                    // Charged as built, so the credit stops the list.
+                    let signaled = specs[before..].iter().filter(|s| s.signaled).count() as u64;
+                    let ps = self.post_cost_ps((specs.len() - before) as u64, signaled);
+                    self.precharge_loop(t, ps);
                 }
             }
         }
@@ -252,6 +256,7 @@ impl<R: Rnic> Dataplane<R> {
         let q = &mut self.qps[qi];
         if specs.is_empty() {
             self.specs = specs;
+            self.settle_loop(t, 0);
             return Ok(false);
         }
         // Seal the list with a signal if the unsignaled tail grew long.
@@ -309,7 +314,7 @@ impl<R: Rnic> Dataplane<R> {
         q.next_seq = base + posted as u64;
         let signaled = specs.iter().take(posted).filter(|s| s.signaled).count() as u64;
         let ps = self.post_cost_ps(posted as u64, signaled);
-        self.charge_loop(t, ps);
+        self.settle_loop(t, ps);
         self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;
         self.counters.doorbells += 1;
