@@ -118,8 +118,12 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Where tenant `t`'s walk over its QPs starts in this round (the QP
-    /// its credit last ran out at; fixed for the round).
+    /// its credit last ran out at; fixed for the round). With a free loop,
+    /// its first QP.
     pub(super) fn post_start(&mut self, t: usize) -> usize {
+        if !self.loop_shared() {
+            return 0;
+        }
         let round = self.counters.rounds;
         let ts = &mut self.tenants[t];
         if ts.post_round != round {

@@ -83,7 +83,8 @@ pub struct Args {
     /// and alone run: `zero` (a free loop, the default here, so that the
     /// cells judge the policies' mechanisms alone), `measured` (the
     /// reference machine's figures, docs/loop-cost.md) or a file
-    /// `perf-runner calibrate-loop` wrote.
+    /// `perf-runner calibrate-loop` wrote. Charged, the loop is a
+    /// bottleneck of the contract beside the NIC's.
     #[arg(long = "loop-cost", value_name = "zero|measured|FILE", default_value = "zero")]
     loop_cost: String,
 }
