@@ -1,6 +1,6 @@
 //! Fair shares of the loop's own time: bounded rounds, in weighted deficit
 //! round robin over the tenants, in the units of the loop's cost model
-//! ([`loop_cost`](super::loop_cost)).
+//! ([`loop_cost`]).
 //!
 //! When the loop's work is charged to the clock it is a bottleneck like
 //! the wire: a round that posted every QP's room and polled every CQE
