@@ -143,7 +143,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let (false, Some(profile)) = (group_alone.is_empty(), RnicProfile::by_name(&sc.profile)) {
         let alone = crate::isolation::contract::alone_by_tenant(&sc.tenants, &group_alone);
         for r in runs.iter_mut().filter(|r| !r.config.starts_with("alone:")) {
-            crate::isolation::contract::annotate(&profile, &sc.tenants, &mut r.tenants, &alone);
+            crate::isolation::contract::annotate(&profile, &opts.loop_cost.cost, &sc.tenants, &mut r.tenants, &alone);
         }
     }
     if !a.out.quiet {

@@ -502,7 +502,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // The contract needs the simulator's profile (a verbs run has no alone runs).
         if let Some(profile) = RnicProfile::by_name(&sc.profile) {
             let alone = crate::isolation::contract::alone_by_tenant(&sc.tenants, &group_alone);
-            crate::isolation::contract::annotate(&profile, &sc.tenants, &mut report.tenants, &alone);
+            crate::isolation::contract::annotate(
+                &profile,
+                &opts.loop_cost.cost,
+                &sc.tenants,
+                &mut report.tenants,
+                &alone,
+            );
         }
     }
     if let Some(p) = &opts.progress {

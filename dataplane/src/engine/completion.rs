@@ -69,12 +69,16 @@ impl<R: Rnic> Dataplane<R> {
     /// replaces it ([`recovery`]). Returns whether anything completed.
     pub(super) fn poll_shared(&mut self, which: SharedCq, wcs: &mut [Wc], now: u64) -> Result<bool, RnicError> {
         let mut did = false;
+        // A charged round polls at most its budget (`loop_share.rs`); the
+        // rest waits in the CQ for the next round.
+        let mut budget = self.poll_budget();
         loop {
             let cq = match which {
                 SharedCq::Send => self.send_cq,
                 SharedCq::Recv => self.recv_cq,
             };
-            let n = match self.nic.poll_cq(cq, wcs) {
+            let want = wcs.len().min(budget);
+            let n = match self.nic.poll_cq(cq, &mut wcs[..want]) {
                 Ok(n) => n,
                 Err(RnicError::CqOverrun { .. }) => {
                     self.on_cq_overrun(which)?;
@@ -90,7 +94,8 @@ impl<R: Rnic> Dataplane<R> {
                 }
             }
             did |= n > 0;
-            if n < wcs.len() {
+            budget -= n;
+            if n < want || budget == 0 {
                 return Ok(did);
             }
         }

@@ -26,6 +26,7 @@ mod error;
 mod handoff;
 mod intake;
 pub mod loop_cost;
+pub mod loop_share;
 mod operator;
 mod pacing;
 mod pinned;
@@ -177,6 +178,10 @@ pub struct DataplaneCounters {
     pub rescued_handoffs: u64,
     /// Policy ticks.
     pub ticks: u64,
+    /// Times a QP with work to post waited for the next round because its
+    /// tenant had spent its share of the loop's time in this one
+    /// ([`loop_share`]; only when the loop is charged).
+    pub loop_holds: u64,
     /// Times a QP with work to post was held back by its tenant's pacing
     /// (token bucket in debt, or paused).
     pub paced_holds: u64,
@@ -227,6 +232,16 @@ struct TenantState {
     /// round robin), and the QP of its own to admit from next.
     deficit: i64,
     next_qp: usize,
+    /// The loop's time it may still spend in this round, ps, and the round
+    /// it was topped up in (`loop_share.rs`).
+    loop_credit: i64,
+    loop_round: u64,
+    /// The QP its credit last ran out at, where its next round's walk
+    /// starts; and this round's start, fixed at its first visit in
+    /// `post_round`.
+    post_resume: usize,
+    post_start: usize,
+    post_round: u64,
     /// Removed (`removal.rs`): an empty slot that `add_tenant` reuses.
     removed: bool,
 }
@@ -351,6 +366,8 @@ pub struct Dataplane<R: Rnic> {
     before: (Vec<TenantPlan>, Vec<Pacing>),
     /// The loop's busy time on the virtual clock ([`loop_cost`]).
     clock: loop_cost::LoopClock,
+    /// Loop time charged to the post list being built ([`loop_share`]).
+    precharged_ps: u64,
     /// What the port's link moves per ns, bytes (fair admission's budget
     /// grows by what it moves during one of the loop's rounds).
     link_bytes_per_ns: f64,
@@ -434,6 +451,7 @@ impl<R: Rnic> Dataplane<R> {
             rated: IndexSet::default(),
             before: (Vec::new(), Vec::new()),
             clock: loop_cost::LoopClock::default(),
+            precharged_ps: 0,
         })
     }
 
@@ -525,6 +543,11 @@ impl<R: Rnic> Dataplane<R> {
             inflight: [0; 2],
             deficit: 0,
             next_qp: 0,
+            loop_credit: 0,
+            loop_round: u64::MAX,
+            post_resume: 0,
+            post_start: 0,
+            post_round: u64::MAX,
             removed: false,
         };
         match reuse {

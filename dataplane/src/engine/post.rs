@@ -15,11 +15,29 @@ impl<R: Rnic> Dataplane<R> {
         // Tenants with an in-flight window post their data through fair
         // admission (`admission.rs`); here they post only control WQEs.
         let mut did = if self.windowed { self.admit(now)? } else { false };
+        // With the loop's time shared (`loop_share.rs`), each tenant's QPs
+        // are walked from where its credit last ran out: its QPs from
+        // there on in a first pass, the ones before it in a second.
+        let passes = if self.loop_shared() { 2 } else { 1 };
+        for pass in 0..passes {
+            did |= self.post_pass(now, pass == 0)?;
+        }
+        Ok(did)
+    }
+
+    /// One walk over the `post` ready set: the QPs at or after their
+    /// tenant's start in this round (`first`), or those before it.
+    fn post_pass(&mut self, now: u64, first: bool) -> Result<bool, RnicError> {
+        let mut did = false;
         let mut next = 0;
         while let Some(qi) = self.ready.post.next_from(next) {
             next = qi + 1;
             if qi >= self.qps.len() {
                 break;
+            }
+            let start = self.post_start(self.qps[qi].tenant as usize);
+            if (qi >= start) != first {
+                continue;
             }
             self.ready.post.remove(qi);
             let t = self.qps[qi].tenant as usize;
@@ -106,7 +124,14 @@ impl<R: Rnic> Dataplane<R> {
         let mut room = sq_room.min(data_budget);
         let cq_bound = cq_bound || room < sq_room;
         let mut chunks = 0u32;
+        let mut held = false;
         while allowed && !self.qps[qi].failed && chunks < max_chunks {
+            if !self.loop_may_post(t) {
+                // Work left for the next round: this one counts as busy.
+                self.loop_held(qi);
+                held = true;
+                break;
+            }
             if !self.tenants[t].bucket.may_post(now) {
                 self.counters.paced_holds += 1;
                 // Visited again when the debt is paid (a paused bucket
@@ -130,6 +155,8 @@ impl<R: Rnic> Dataplane<R> {
                 if let Some(t0) = timer {
                     self.counters.policy_ns += t0.elapsed().as_nanos() as u64;
                 }
+                let call = self.call_cost_ps();
+                self.charge_loop(t, call);
                 // A chunk and its zero-weight WRs must fit an empty send
                 // queue (beside a WAIT and the control reserve), or the QP
                 // could never post again.
@@ -209,11 +236,15 @@ impl<R: Rnic> Dataplane<R> {
                         q.active_requests += 1;
                         q.active_bytes += len;
                     }
+                    // Charged as built, so the credit stops the list.
+                    let signaled = specs[before..].iter().filter(|s| s.signaled).count() as u64;
+                    let ps = self.post_cost_ps((specs.len() - before) as u64, signaled);
+                    self.precharge_loop(t, ps);
                 }
             }
         }
         self.specs = specs;
-        self.post_specs(qi)
+        Ok(self.post_specs(qi)? | held)
     }
 
     /// Posts the WQEs built in `self.specs` to QP `qi` as one post list.
@@ -225,6 +256,7 @@ impl<R: Rnic> Dataplane<R> {
         let q = &mut self.qps[qi];
         if specs.is_empty() {
             self.specs = specs;
+            self.settle_loop(t, 0);
             return Ok(false);
         }
         // Seal the list with a signal if the unsignaled tail grew long.
@@ -280,6 +312,9 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         q.next_seq = base + posted as u64;
+        let signaled = specs.iter().take(posted).filter(|s| s.signaled).count() as u64;
+        let ps = self.post_cost_ps(posted as u64, signaled);
+        self.settle_loop(t, ps);
         self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;
         self.counters.doorbells += 1;

@@ -153,3 +153,44 @@ fn the_policy_and_completion_figures_are_charged_too() {
     let o = run(Pol::Named("wasm:perf"), 65536, Some(wasm), until_ns);
     assert!(o.busy_ps > 0 && o.done < free.done / 2, "wasm calls at 20 us: {} against {}", o.done, free.done);
 }
+
+/// Tenants of 16 B WRITEs, each `depth` deep on its QP 0, run together
+/// for `until_ns` with the loop charged its measured cost: each one's
+/// completions.
+fn together(depths: &[usize], until_ns: u64) -> Vec<u64> {
+    let cfg = DataplaneConfig { loop_cost: LoopCost::MEASURED, ..DataplaneConfig::default() };
+    let mut rig = Rig::new(11, Pol::Passthrough, cfg);
+    for (i, _) in depths.iter().enumerate() {
+        rig.tenant(&format!("t{i}"), 1, 64);
+    }
+    let mut apps: Vec<Bulk> = depths
+        .iter()
+        .map(|&depth| {
+            let tr = rig.tenants.remove(0);
+            Bulk { remote: tr.remote(0), h: tr.h, mr: tr.mr, len: 16, depth, outstanding: 0, next: 0, done: 0 }
+        })
+        .collect();
+    let f = rig.f.clone();
+    let mut all: Vec<&mut dyn App> = apps.iter_mut().map(|a| a as &mut dyn App).collect();
+    all.push(&mut rig.dp);
+    run_virtual(&f, &mut all, until_ns).expect("run");
+    apps.iter().map(|a| a.done).collect()
+}
+
+#[test]
+fn a_charged_loop_is_shared_between_tenants_and_a_sparse_one_is_served_at_once() {
+    // The loop, not the NIC, bounds 16 B WRITEs. Two floods share it.
+    let until_ns = 2_000_000;
+    let alone = together(&[512], until_ns)[0];
+    let two = together(&[512, 512], until_ns);
+    let ratio = two[0] as f64 / two[1] as f64;
+    assert!((0.8..=1.25).contains(&ratio), "two floods: {two:?}");
+    assert!(two[0] + two[1] >= alone * 8 / 10, "together {two:?} against {alone} alone");
+    // A tenant with one message at a time beside a flood: its next request
+    // waits for a bounded round, not for the flood's whole backlog.
+    let sparse_alone = together(&[1], until_ns)[0];
+    let beside = together(&[1, 512], until_ns);
+    // (About three of the flood's rounds per message: 0.51 of alone.)
+    assert!(beside[0] * 3 >= sparse_alone, "depth 1 beside a flood: {beside:?}, alone {sparse_alone}");
+    assert!(beside[1] * 10 >= alone * 8, "the flood beside it: {beside:?}, alone {alone}");
+}

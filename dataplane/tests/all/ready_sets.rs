@@ -4,13 +4,21 @@
 //! before. On the simulated NIC in virtual time both must run the same
 //! random workload to the same completions at the same instants, with the
 //! same counters (but `paced_holds`, which counts visits to a held-back
-//! QP), under the policies that cap, rotate, split, pace and window.
+//! QP), under the policies that cap, rotate, split, pace and window. With
+//! the loop's time shared (a charged cost model, `engine/loop_share.rs`)
+//! rounds are bounded, and QPs a bound stopped must stay ready: the two
+//! walks must still agree.
 
 use crate::common::*;
+use perf_dataplane::engine::LoopCost;
 
 /// One case, exhaustive and not; everything tenants see must match.
 fn same_run(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol) -> Result<(), TestCaseError> {
-    let cfg = DataplaneConfig::default();
+    same_run_with(qps, ops, seed, pol, DataplaneConfig::default())
+}
+
+/// [`same_run`] with the loop configured by `cfg`.
+fn same_run_with(qps: &[u32], ops: &[GenOp], seed: u64, pol: Pol, cfg: DataplaneConfig) -> Result<(), TestCaseError> {
     let walk = run_case_with(qps, ops, seed, pol, cfg, 200_000_000, |r| r.dp.set_exhaustive(true))?;
     let ready = run_case_with(qps, ops, seed, pol, cfg, 200_000_000, |_| {})?;
     for (t, (a, b)) in walk.tenants.iter().zip(&ready.tenants).enumerate() {
@@ -42,6 +50,25 @@ proptest! {
             Pol::Named("perf:rate_bytes_per_s=2000000000,burst_bytes=65536,chunk_bytes=4096"),
         ] {
             same_run(&qps, &ops, seed, pol)?;
+        }
+    }
+
+    /// Bounded rounds (the loop's time shared by its cost model) run the
+    /// same with or without ready sets. The rig drives `round` itself, so
+    /// nothing is charged: bounded rounds follow one another at the same
+    /// instant, every request completing once, in order, with its bytes.
+    #[test]
+    fn bounded_rounds_run_what_the_full_walk_runs((qps, ops, seed) in case()) {
+        let cfg = DataplaneConfig { loop_cost: LoopCost::MEASURED, ..DataplaneConfig::default() };
+        for pol in [
+            Pol::Passthrough,
+            Pol::Perf,
+            Pol::Force(ForceSplit::HEAVY),
+            Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096"),
+            Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
+            Pol::Named("perf:rate_bytes_per_s=2000000000,burst_bytes=65536,chunk_bytes=4096"),
+        ] {
+            same_run_with(&qps, &ops, seed, pol, cfg)?;
         }
     }
 }

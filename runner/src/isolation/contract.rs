@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use perf_dataplane::engine::LoopCost;
 use perf_dataplane::rnic::sim::RnicProfile;
 use serde::Serialize;
 
@@ -45,17 +46,19 @@ pub fn judge(kind: Kind, e: &Entitlement, got: Option<&TenantReport>, solo: Opti
     Verdict { entitled: e.clone(), ratio, latency_bound, p99_over_alone, pass }
 }
 
-/// The entitlements of `specs` on `profile`, with each tenant's demand
-/// from `alone` (by tenant name; a tenant not found demands nothing).
+/// The entitlements of `specs` on `profile` with a loop that costs
+/// `loop_cost`, with each tenant's demand from `alone` (by tenant name; a
+/// tenant not found demands nothing).
 pub fn entitlements(
     profile: &RnicProfile,
+    loop_cost: &LoopCost,
     specs: &[TenantSpec],
     alone: &HashMap<String, TenantReport>,
 ) -> Vec<Entitlement> {
     let claims: Vec<Claim> = specs
         .iter()
         .map(|t| Claim {
-            costs: Costs::of(profile, t),
+            costs: Costs::of(profile, t, loop_cost),
             demand_per_s: alone.get(&t.name).map_or(0.0, |r| r.mpps * 1e6),
             weight: t.weight as f64,
         })
@@ -64,14 +67,16 @@ pub fn entitlements(
 }
 
 /// Attaches a verdict to every tenant of `tenants` (in `specs` order),
-/// whose demands are the members of `alone`.
+/// whose demands are the members of `alone`, run with a loop that costs
+/// `loop_cost`.
 pub fn annotate(
     profile: &RnicProfile,
+    loop_cost: &LoopCost,
     specs: &[TenantSpec],
     tenants: &mut [TenantReport],
     alone: &HashMap<String, TenantReport>,
 ) {
-    let ent = entitlements(profile, specs, alone);
+    let ent = entitlements(profile, loop_cost, specs, alone);
     for ((spec, e), t) in specs.iter().zip(&ent).zip(tenants.iter_mut()) {
         let v = judge(spec.kind, e, Some(t), alone.get(&spec.name));
         t.contract = Some(v);

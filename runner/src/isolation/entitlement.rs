@@ -9,7 +9,12 @@
 //! - the responder's wire (host 1's egress): READ responses, and the
 //!   replies of a ping-pong;
 //! - WQE processing, the NIC-wide send scheduler: `sched_wqe_ps` per WQE
-//!   (per turn of a message larger than `turn_max_bytes`).
+//!   (per turn of a message larger than `turn_max_bytes`);
+//! - the dataplane loop's core, when its work is charged to the clock
+//!   (`--loop-cost`, `docs/loop-cost.md`): a message posted whole costs it
+//!   one WQE, one CQE and one policy call (a native policy's). With a free
+//!   loop this bottleneck costs nothing and never fills, so the
+//!   entitlements are those of the three NIC bottlenecks alone.
 //!
 //! Shares are computed by progressive filling on each tenant's dominant
 //! share (its largest fraction of any bottleneck), growing in proportion
@@ -18,14 +23,19 @@
 //! is weighted max-min fairness where one bottleneck binds). See
 //! `docs/isolation.md`.
 
+use perf_dataplane::engine::LoopCost;
 use perf_dataplane::rnic::sim::RnicProfile;
 use perf_dataplane::traffic::TestOp;
 use serde::Serialize;
 
 use crate::scenario::{Kind, SizeDist, TenantSpec};
 
-/// The NIC's bottlenecks, in the order of [`Costs::per_msg`].
-pub const BOTTLENECKS: [&str; 3] = ["wire", "responder wire", "wqe processing"];
+/// The bottlenecks, in the order of [`Costs::per_msg`]: the NIC's three
+/// ([`NIC_BOTTLENECKS`] of them), then the dataplane loop's core.
+pub const BOTTLENECKS: [&str; 4] = ["wire", "responder wire", "wqe processing", "loop"];
+
+/// How many of [`BOTTLENECKS`] are the NIC's (the loop's is last).
+pub const NIC_BOTTLENECKS: usize = 3;
 
 /// AETH of a READ response packet, bytes (IBTA).
 const AETH_BYTES: u64 = 4;
@@ -35,17 +45,20 @@ const AETH_BYTES: u64 = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Costs {
     /// Per bottleneck of [`BOTTLENECKS`].
-    pub per_msg: [f64; 3],
+    pub per_msg: [f64; 4],
     /// Mean payload bytes per message.
     pub mean_bytes: f64,
 }
 
 impl Costs {
-    /// The costs of `spec`'s messages on `profile`'s NIC.
-    pub fn of(profile: &RnicProfile, spec: &TenantSpec) -> Costs {
+    /// The costs of `spec`'s messages on `profile`'s NIC and on a
+    /// dataplane loop that costs `loop_cost` ([`LoopCost::ZERO`]: free).
+    pub fn of(profile: &RnicProfile, spec: &TenantSpec, loop_cost: &LoopCost) -> Costs {
         let sizes = support(&spec.sizes);
         let total_w: f64 = sizes.iter().map(|&(_, w)| w).sum::<f64>().max(f64::MIN_POSITIVE);
-        let mut per_msg = [0.0; 3];
+        let mut per_msg = [0.0; 4];
+        let loop_ps = loop_cost.wqe_ps + loop_cost.cqe_ps + loop_cost.native.call_ps;
+        per_msg[NIC_BOTTLENECKS] = loop_ps as f64 / 1e12;
         let mut mean_bytes = 0.0;
         let frame = (profile.header_bytes + profile.preamble_ifg_bytes) as u64;
         let sec = |frame_bytes: u64| profile.wire_ps(frame_bytes) as f64 / 1e12;
@@ -135,7 +148,7 @@ pub fn water_fill(claims: &[Claim]) -> Vec<Entitlement> {
     let n = claims.len();
     let mut rate = vec![0.0f64; n];
     let mut bound: Vec<Option<String>> = vec![None; n];
-    let mut used = [0.0f64; 3];
+    let mut used = [0.0f64; BOTTLENECKS.len()];
     // Rounds: each freezes at least one tenant.
     for _ in 0..=n {
         let live: Vec<usize> = (0..n).filter(|&t| bound[t].is_none()).collect();
@@ -162,7 +175,7 @@ pub fn water_fill(claims: &[Claim]) -> Vec<Entitlement> {
                 step = 0.0;
             }
         }
-        let mut fills = [f64::INFINITY; 3];
+        let mut fills = [f64::INFINITY; BOTTLENECKS.len()];
         for (r, fill) in fills.iter_mut().enumerate() {
             let growth: f64 = live.iter().map(|&t| slope(t) * claims[t].costs.per_msg[r]).sum();
             if growth > 0.0 && growth.is_finite() {
@@ -219,7 +232,7 @@ mod tests {
     use super::*;
 
     fn claim(wire: f64, wqe: f64, demand: f64, weight: f64) -> Claim {
-        Claim { costs: Costs { per_msg: [wire, 0.0, wqe], mean_bytes: 1000.0 }, demand_per_s: demand, weight }
+        Claim { costs: Costs { per_msg: [wire, 0.0, wqe, 0.0], mean_bytes: 1000.0 }, demand_per_s: demand, weight }
     }
 
     #[test]
@@ -254,12 +267,32 @@ mod tests {
     fn costs_count_headers_and_responder_wire_for_read() {
         let p = RnicProfile::cx6_100g();
         let mut w = TenantSpec::new("w", Kind::Bw, TestOp::Write, 1 << 20);
-        let c = Costs::of(&p, &w);
+        let c = Costs::of(&p, &w, &LoopCost::ZERO);
         // 1 MiB in 256 packets: 1,070,608 frame bytes at 100 Gb/s.
         assert!((c.per_msg[0] - 85.64864e-6).abs() < 1e-9, "{c:?}");
         assert_eq!(c.per_msg[1], 0.0);
         w.op = TestOp::Read;
-        let r = Costs::of(&p, &w);
+        let r = Costs::of(&p, &w, &LoopCost::ZERO);
         assert!(r.per_msg[1] > r.per_msg[0] * 100.0, "{r:?}");
+        assert_eq!(r.per_msg[3], 0.0, "a free loop is no bottleneck");
+    }
+
+    #[test]
+    fn a_charged_loop_is_a_bottleneck_two_message_rate_tenants_share() {
+        let p = RnicProfile::cx6_100g();
+        let m = TenantSpec::new("m", Kind::Bw, TestOp::Write, 16);
+        let c = Costs::of(&p, &m, &LoopCost::MEASURED);
+        let l = LoopCost::MEASURED;
+        assert_eq!(c.per_msg[3], (l.wqe_ps + l.cqe_ps + l.native.call_ps) as f64 / 1e12);
+        // Each alone posts what the loop allows; together they halve it.
+        let alone = 1e12 / (l.wqe_ps + l.cqe_ps + l.native.call_ps) as f64;
+        let e = water_fill(&[
+            Claim { costs: c, demand_per_s: alone, weight: 1.0 },
+            Claim { costs: c, demand_per_s: alone, weight: 1.0 },
+        ]);
+        assert!((e[0].mpps * 1e6 - alone / 2.0).abs() < 1.0, "{e:?}");
+        assert_eq!(e[0].bound_by, "loop");
+        let free = Costs::of(&p, &m, &LoopCost::ZERO);
+        assert_eq!(free.per_msg[..3], c.per_msg[..3], "the NIC's costs do not depend on the loop");
     }
 }

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::cells::{cells, Cell};
 use super::contract::{entitlements, judge, Verdict, LATENCY_CEILING, THROUGHPUT_FLOOR};
-use super::entitlement::Costs;
+use super::entitlement::{Costs, NIC_BOTTLENECKS};
 use crate::compare_cmd::{split_hw, split_policies};
 use crate::loop_cost::LoopChoice;
 use crate::report::{Report, TenantReport};
@@ -83,7 +83,8 @@ pub struct Args {
     /// and alone run: `zero` (a free loop, the default here, so that the
     /// cells judge the policies' mechanisms alone), `measured` (the
     /// reference machine's figures, docs/loop-cost.md) or a file
-    /// `perf-runner calibrate-loop` wrote.
+    /// `perf-runner calibrate-loop` wrote. Charged, the loop is a
+    /// bottleneck of the contract beside the NIC's.
     #[arg(long = "loop-cost", value_name = "zero|measured|FILE", default_value = "zero")]
     loop_cost: String,
 }
@@ -300,9 +301,9 @@ pub fn run_matrix(
     let mut cells_out = Vec::new();
     for (c, cell) in grid.iter().enumerate() {
         let sc = &cell.scenario;
-        let entitled = entitlements(profile, &sc.tenants, &alone);
-        let costs: Vec<Costs> = sc.tenants.iter().map(|t| Costs::of(profile, t)).collect();
-        let backlogged = (0..3)
+        let entitled = entitlements(profile, &loop_cost.cost, &sc.tenants, &alone);
+        let costs: Vec<Costs> = sc.tenants.iter().map(|t| Costs::of(profile, t, &loop_cost.cost)).collect();
+        let backlogged = (0..NIC_BOTTLENECKS)
             .any(|r| costs.iter().zip(&entitled).map(|(c, e)| e.demand_mpps * 1e6 * c.per_msg[r]).sum::<f64>() > 0.9);
         let window = ((sc.warmup_ms * 1e6) as u64, (sc.duration_ms * 1e6) as u64);
         let mut rows = Vec::new();
