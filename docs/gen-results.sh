@@ -68,10 +68,11 @@ ping-pong waits behind the stream's NIC turns; `perf` splits the stream
 into 16 KiB sub-requests each followed by zero-weight WRs, so the
 ping-pong's next turn comes after at most one chunk. With the loop's own
 work charged to the clock (the default, the `loop` column), that costs
-`perf` its isolation here: 43 WQEs per message make rounds long enough
-that the ping-pong's requests wait for them (D p99 6.72 us against 1.46
-with a free loop, [loop-cost.md](loop-cost.md)); `fairshare` posts 8 per
-message and keeps D within 1.5x of alone.
+`perf` its isolation here: 38 WQEs per message keep the loop busy, and
+the ping-pong's requests wait for its bounded rounds (D p99 2.08 us,
+x1.85 of alone, against 1.46 with a free loop; 6.72 before rounds were
+bounded, [loop-cost.md](loop-cost.md)); `fairshare` posts 9 per message
+and keeps D within 1.5x of alone.
 
 HDR
 compare runner/scenarios/paper/exp1.toml
