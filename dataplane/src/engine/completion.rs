@@ -155,7 +155,6 @@ impl<R: Rnic> Dataplane<R> {
         }
         if let Some(seq) = this_seq.filter(|_| wc.status.is_ok() && self.plans[t].windowed()) {
             self.pipeline.completed(qi, seq, now, self.link_bytes_per_ns, released);
-            self.counters.pipeline_delay_ns = self.pipeline.delay_ns().map(|d| d.unwrap_or(0));
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
         self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));

@@ -464,7 +464,7 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Counters so far.
     pub fn counters(&self) -> DataplaneCounters {
-        self.counters
+        DataplaneCounters { pipeline_delay_ns: self.pipeline.delay_ns().map(|d| d.unwrap_or(0)), ..self.counters }
     }
 
     /// When the loop next has timed work to do (the policy tick, which

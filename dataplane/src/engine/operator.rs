@@ -170,7 +170,7 @@ impl<R: Rnic> Dataplane<R> {
         DataplaneSnapshot {
             clock_ns: self.nic.clock_ns(),
             policy: self.policy.name().to_string(),
-            counters: self.counters,
+            counters: self.counters(),
             policy_counters: self.policy.counters,
             tenants: self
                 .tenants
