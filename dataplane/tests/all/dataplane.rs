@@ -36,19 +36,8 @@ proptest! {
     /// splitting with rotation.
     #[test]
     fn random_workloads_complete_exactly_once_in_order((qps, ops, seed) in case()) {
-        for pol in [
-            Pol::Passthrough,
-            Pol::Perf,
-            Pol::Force(ForceSplit::HEAVY),
-            Pol::Named("justitia"),
-            Pol::Named("weighted"),
-            Pol::Named("slo"),
-            Pol::Named("fairshare"),
-            // A tight shared budget: fair admission holds most work back.
-            Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096"),
-            // Run-time parameters: one active QP per tenant, rotated after every request.
-            Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
-        ] {
+        let named = ["justitia", "weighted", "slo", "fairshare"].map(Pol::Named);
+        for pol in BASE_POLICIES.into_iter().chain(named).chain([TIGHT_FAIRSHARE, ROTATE_EVERY_REQUEST]) {
             run_case(&qps, &ops, seed, pol)?;
         }
     }
@@ -348,20 +337,11 @@ fn back_pressure(pol: Pol) {
     assert_eq!((c.requests, c.completions, c.refused), (target as u64, target as u64, 0), "{pol:?}: {c:?}");
 }
 
-#[test]
-fn back_pressure_passthrough() {
-    back_pressure(Pol::Passthrough);
-}
-
-#[test]
-fn back_pressure_perf() {
-    back_pressure(Pol::Perf);
-}
-
-#[test]
-fn back_pressure_forced_split() {
-    back_pressure(Pol::Force(ForceSplit::HEAVY));
-}
+per_policy!(back_pressure:
+    back_pressure_passthrough => Pol::Passthrough,
+    back_pressure_perf => Pol::Perf,
+    back_pressure_forced_split => Pol::Force(ForceSplit::HEAVY),
+);
 
 /// Completions pile up beyond the completion channel's capacity while the
 /// tenant does not poll; all of them arrive once it does.
@@ -394,15 +374,10 @@ fn slow_poller_loses_nothing(pol: Pol) {
     ledger.check(&rig.tenants[0].got, true).unwrap_or_else(|e| panic!("{pol:?}: {e}"));
 }
 
-#[test]
-fn slow_poller_loses_nothing_passthrough() {
-    slow_poller_loses_nothing(Pol::Passthrough);
-}
-
-#[test]
-fn slow_poller_loses_nothing_perf() {
-    slow_poller_loses_nothing(Pol::Force(ForceSplit::HEAVY));
-}
+per_policy!(slow_poller_loses_nothing:
+    slow_poller_loses_nothing_passthrough => Pol::Passthrough,
+    slow_poller_loses_nothing_perf => Pol::Force(ForceSplit::HEAVY),
+);
 
 // ---------------------------------------------------------------------------
 // 5. A failed QP.
@@ -530,15 +505,10 @@ fn unconnected_qp_fails_each_request_once(pol: Pol) {
     assert_eq!(got, [(1, WcStatus::LocQpOpErr, 0), (2, flush, 0), (3, flush, 0), (4, flush, 0)], "{pol:?}");
 }
 
-#[test]
-fn unconnected_qp_fails_each_request_once_passthrough() {
-    unconnected_qp_fails_each_request_once(Pol::Passthrough);
-}
-
-#[test]
-fn unconnected_qp_fails_each_request_once_forced_split() {
-    unconnected_qp_fails_each_request_once(Pol::Force(ForceSplit::HEAVY));
-}
+per_policy!(unconnected_qp_fails_each_request_once:
+    unconnected_qp_fails_each_request_once_passthrough => Pol::Passthrough,
+    unconnected_qp_fails_each_request_once_forced_split => Pol::Force(ForceSplit::HEAVY),
+);
 
 /// Tenant-wide: when a QP that is to hand the NIC to a sibling QP fails
 /// before its release runs, the sibling must not wait forever.
@@ -582,12 +552,7 @@ fn failed_qp_does_not_strand_its_siblings(pol: Pol) {
     }
 }
 
-#[test]
-fn failed_qp_does_not_strand_its_siblings_passthrough() {
-    failed_qp_does_not_strand_its_siblings(Pol::Passthrough);
-}
-
-#[test]
-fn failed_qp_does_not_strand_its_siblings_under_rotation() {
-    failed_qp_does_not_strand_its_siblings(Pol::Force(ForceSplit::HEAVY));
-}
+per_policy!(failed_qp_does_not_strand_its_siblings:
+    failed_qp_does_not_strand_its_siblings_passthrough => Pol::Passthrough,
+    failed_qp_does_not_strand_its_siblings_under_rotation => Pol::Force(ForceSplit::HEAVY),
+);

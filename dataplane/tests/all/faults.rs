@@ -145,6 +145,17 @@ fn assert_fails_once_and_for_all(run: &Run, pol: Pol) {
     }
 }
 
+/// A fresh rig under `pol` streams with `fault` injected at `FAULT_AT_NS`,
+/// and no request of any QP fails; returns the rig for the test's own checks.
+fn stream_failing_nothing(seed: u64, pol: Pol, deadline_ns: u64, fault: Fault) -> Rig {
+    let mut rig = rig(seed, pol);
+    let run = stream(&mut rig, deadline_ns, |r| r.f.inject(fault));
+    for &(t, qp) in &QPS {
+        assert_eq!(run.errors(t, qp), 0, "{pol:?} tenant {t} QP {qp}: {:?}", run.statuses(t, qp));
+    }
+    rig
+}
+
 /// Posts `n` more WRITEs on tenant `t`'s QP `qp` (ids from `base`) and
 /// checks they all succeed with their bytes.
 fn fresh_traffic(rig: &mut Rig, t: usize, qp: u32, base: u64, n: usize) {
@@ -195,11 +206,7 @@ fn a_qp_driven_to_err_mid_stream_fails_only_its_own_requests() {
 #[test]
 fn a_short_link_flap_loses_nothing() {
     for pol in policies() {
-        let mut rig = rig(37, pol);
-        let run = stream(&mut rig, 1_000_000_000, |r| r.f.inject(Fault::LinkDown { host: 1, for_ns: 20_000 }));
-        for &(t, qp) in &QPS {
-            assert_eq!(run.errors(t, qp), 0, "{pol:?} tenant {t} QP {qp}: {:?}", run.statuses(t, qp));
-        }
+        let rig = stream_failing_nothing(37, pol, 1_000_000_000, Fault::LinkDown { host: 1, for_ns: 20_000 });
         let c = rig.f.fault_counters();
         assert!(c.segments_lost > 0 && c.seq_naks + c.timeouts > 0, "{pol:?}: {c:?}");
     }
@@ -242,11 +249,7 @@ fn a_long_link_outage_fails_the_busy_qps_and_spares_idle_ones() {
 #[test]
 fn a_nic_stall_delays_but_fails_nothing() {
     for pol in policies() {
-        let mut rig = rig(43, pol);
-        let run = stream(&mut rig, 50_000_000, |r| r.f.inject(Fault::NicStall { host: 0, for_ns: 300_000 }));
-        for &(t, qp) in &QPS {
-            assert_eq!(run.errors(t, qp), 0, "{pol:?} tenant {t} QP {qp}");
-        }
+        let rig = stream_failing_nothing(43, pol, 50_000_000, Fault::NicStall { host: 0, for_ns: 300_000 });
         assert!(rig.now_ns() > FAULT_AT_NS + 300_000, "{pol:?}: finished before the stall ended");
     }
 }
@@ -257,11 +260,7 @@ fn a_nic_stall_delays_but_fails_nothing() {
 #[test]
 fn lost_acks_fail_nothing() {
     for pol in policies() {
-        let mut rig = rig(47, pol);
-        let run = stream(&mut rig, 1_000_000_000, |r| r.f.inject(Fault::DropAcks { host: 0, count: 40 }));
-        for &(t, qp) in &QPS {
-            assert_eq!(run.errors(t, qp), 0, "{pol:?} tenant {t} QP {qp}");
-        }
+        let rig = stream_failing_nothing(47, pol, 1_000_000_000, Fault::DropAcks { host: 0, count: 40 });
         // The lost ACKs led to retransmission timeouts, and the responder
         // answered the retransmitted requests as duplicates, without
         // executing them again.

@@ -38,17 +38,9 @@ proptest! {
     /// The same completions, at the same times, with or without ready sets.
     #[test]
     fn ready_sets_run_what_the_full_walk_runs((qps, ops, seed) in case()) {
-        for pol in [
-            Pol::Passthrough,
-            Pol::Perf,
-            Pol::Force(ForceSplit::HEAVY),
-            Pol::Named("justitia"),
-            Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096"),
-            Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
-            Pol::Named("perf:max_active_qps=1,quantum_ns=20000,chunk_bytes=4096"),
-            // Token buckets: QPs wait for their tenant's debt to be paid.
-            Pol::Named("perf:rate_bytes_per_s=2000000000,burst_bytes=65536,chunk_bytes=4096"),
-        ] {
+        let rotate_by_time = Pol::Named("perf:max_active_qps=1,quantum_ns=20000,chunk_bytes=4096");
+        let more = [Pol::Named("justitia"), TIGHT_FAIRSHARE, ROTATE_EVERY_REQUEST, rotate_by_time, TOKEN_BUCKETS];
+        for pol in BASE_POLICIES.into_iter().chain(more) {
             same_run(&qps, &ops, seed, pol)?;
         }
     }
@@ -60,14 +52,7 @@ proptest! {
     #[test]
     fn bounded_rounds_run_what_the_full_walk_runs((qps, ops, seed) in case()) {
         let cfg = DataplaneConfig { loop_cost: LoopCost::MEASURED, ..DataplaneConfig::default() };
-        for pol in [
-            Pol::Passthrough,
-            Pol::Perf,
-            Pol::Force(ForceSplit::HEAVY),
-            Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096"),
-            Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096"),
-            Pol::Named("perf:rate_bytes_per_s=2000000000,burst_bytes=65536,chunk_bytes=4096"),
-        ] {
+        for pol in BASE_POLICIES.into_iter().chain([TIGHT_FAIRSHARE, ROTATE_EVERY_REQUEST, TOKEN_BUCKETS]) {
             same_run_with(&qps, &ops, seed, pol, cfg)?;
         }
     }

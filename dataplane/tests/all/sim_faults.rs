@@ -68,26 +68,41 @@ impl Pair {
 
     /// Posts a signaled WRITE of `len` bytes at `off` (same offset both sides).
     fn write(&mut self, qp: usize, wr_id: u64, off: usize, len: u32) {
-        let sge = [self.mr_a.sge(off, len)];
-        let wr = SendWr {
-            wr_id,
-            opcode: WrOpcode::Write { remote: self.mr_b.remote(off) },
-            payload: Payload::Sges(&sge),
-            signaled: true,
-        };
-        self.a.post_send(self.qa[qp].handle, &[wr]).expect("post WRITE");
+        self.post_rdma(qp, wr_id, off, len, |remote| WrOpcode::Write { remote }, "post WRITE");
     }
 
     /// Posts a signaled READ of `len` bytes at `off` of `b` into `off` of `a`.
     fn read(&mut self, qp: usize, wr_id: u64, off: usize, len: u32) {
+        self.post_rdma(qp, wr_id, off, len, |remote| WrOpcode::Read { remote }, "post READ");
+    }
+
+    /// Posts one signaled `op` on `a`'s QP `qp` between `len` bytes at `off`
+    /// of `a`'s region and the same range of `b`'s.
+    fn post_rdma(&mut self, qp: usize, wr_id: u64, off: usize, len: u32, op: fn(RemoteAddr) -> WrOpcode, what: &str) {
         let sge = [self.mr_a.sge(off, len)];
-        let wr = SendWr {
-            wr_id,
-            opcode: WrOpcode::Read { remote: self.mr_b.remote(off) },
-            payload: Payload::Sges(&sge),
-            signaled: true,
-        };
-        self.a.post_send(self.qa[qp].handle, &[wr]).expect("post READ");
+        let wr = SendWr { wr_id, opcode: op(self.mr_b.remote(off)), payload: Payload::Sges(&sge), signaled: true };
+        self.a.post_send(self.qa[qp].handle, &[wr]).expect(what);
+    }
+
+    /// Moves one `MSG`-byte pattern (`seed`) as wr 1 on QP 0, a WRITE of
+    /// `a`'s bytes to `b` or (`read`) a READ of `b`'s bytes into `a`, with
+    /// `fault` injected at `at_ns`: the message succeeds and its bytes land.
+    /// Returns its completion.
+    fn one_message_despite(&mut self, read: bool, seed: u8, at_ns: u64, fault: Fault) -> Wc {
+        let data = pattern(MSG as usize, seed);
+        let (src, src_mr) = if read { (&mut self.b, self.mr_b) } else { (&mut self.a, self.mr_a) };
+        src.write_mr(src_mr.handle, 0, &data).expect("write_mr");
+        if read {
+            self.read(0, 1, 0, MSG);
+        } else {
+            self.write(0, 1, 0, MSG);
+        }
+        self.f.inject_at(at_ns, fault);
+        let wcs = self.wait(1);
+        assert_eq!(statuses(&wcs), [(1, WcStatus::Success)]);
+        let (dst, dst_mr) = if read { (&self.a, &self.mr_a) } else { (&self.b, &self.mr_b) };
+        assert_eq!(Pair::read_mr(dst, dst_mr, 0, MSG as usize), data);
+        wcs[0]
     }
 
     /// Steps until host `a`'s CQ yielded `n` completions; returns them.
@@ -133,16 +148,9 @@ fn statuses(wcs: &[Wc]) -> Vec<(u64, WcStatus)> {
 #[test]
 fn a_lost_tail_is_retransmitted_after_the_transport_timeout() {
     let mut p = Pair::new(1, 1, 1 << 20);
-    let data = pattern(MSG as usize, 1);
-    p.a.write_mr(p.mr_a.handle, 0, &data).expect("write_mr");
-    p.write(0, 1, 0, MSG);
     // The 16 packets leave between about 0.9 and 6.3 us: cut them at 2 us.
-    p.f.inject_at(2_000, Fault::LinkDown { host: 1, for_ns: 2_000 });
-    let wcs = p.wait(1);
-    assert_eq!(statuses(&wcs), [(1, WcStatus::Success)]);
-    let t = wcs[0].timestamp_ns;
+    let t = p.one_message_despite(false, 1, 2_000, Fault::LinkDown { host: 1, for_ns: 2_000 }).timestamp_ns;
     assert!(t >= timeout_ns() && t < timeout_ns() + 100_000, "completed at {t} ns, timeout {} ns", timeout_ns());
-    assert_eq!(Pair::read_mr(&p.b, &p.mr_b, 0, MSG as usize), data);
     let c = p.faults();
     assert!(c.segments_lost >= 1 && c.timeouts == 1 && c.retry_exceeded == 0, "{c:?}");
 }
@@ -238,15 +246,9 @@ fn lost_acks_mid_stream_are_covered_by_later_acks() {
 #[test]
 fn a_lost_read_response_is_read_again() {
     let mut p = Pair::new(6, 1, 1 << 20);
-    let data = pattern(MSG as usize, 6);
-    p.b.write_mr(p.mr_b.handle, 0, &data).expect("write_mr");
-    p.read(0, 1, 0, MSG);
     // The READ request reaches the responder at about 1.5 us and its
     // response is on the wire from about 2 us for 5.4 us.
-    p.f.inject_at(4_000, Fault::LinkDown { host: 0, for_ns: 1_000 });
-    let wcs = p.wait(1);
-    assert_eq!(statuses(&wcs), [(1, WcStatus::Success)]);
-    assert_eq!(Pair::read_mr(&p.a, &p.mr_a, 0, MSG as usize), data);
+    p.one_message_despite(true, 6, 4_000, Fault::LinkDown { host: 0, for_ns: 1_000 });
     let c = p.faults();
     assert!(c.segments_lost >= 1 && c.timeouts == 1, "{c:?}");
 }

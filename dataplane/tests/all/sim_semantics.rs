@@ -168,26 +168,43 @@ fn check_guard(h: &Host, mr: &Mr, off: usize, len: usize) {
     assert_eq!(h.read(mr, off + len, 1), [GUARD], "byte after the target was touched");
 }
 
-#[test]
-fn write_moves_the_bytes_for_every_size() {
+/// For every size in [`SIZES`], host 0 moves a fresh pattern with one
+/// signaled WQE between `src_off(k)` of the source region and `dst_off(k)`
+/// of the destination region: a WRITE from host 0 to host 1, or (`read`) a
+/// READ from host 1 into host 0. The completion reports the transfer and
+/// exactly the target bytes change.
+fn moves_the_bytes_for_every_size(read: bool, seed: u8, offs: impl Fn(usize) -> (usize, usize)) {
     let mut p = pair(3 << 20);
+    let what = if read { "READ" } else { "WRITE" };
     for (k, &len) in SIZES.iter().enumerate() {
-        let data = pattern(len, k as u8 + 1);
-        let (src_off, dst_off) = (5 + k, 7 + 3 * k);
-        let mr_a = p.a.mr;
-        let mr_b = p.b.mr;
-        p.a.write(&mr_a, src_off, &data);
-        guard(&mut p.b, &mr_b, dst_off, len);
-        let sge = [mr_a.sge(src_off, len as u32)];
-        p.a.post(p.qa, &[wr(k as u64, write_op(mr_b.remote(dst_off)), Payload::Sges(&sge))]);
+        let data = pattern(len, seed + k as u8);
+        let (src_off, dst_off) = offs(k);
+        let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+        // (local offset, remote offset, source host, destination host)
+        let (local_off, remote_off, src, dst) =
+            if read { (dst_off, src_off, &mut p.b, &mut p.a) } else { (src_off, dst_off, &mut p.a, &mut p.b) };
+        let (src_mr, dst_mr) = if read { (mr_b, mr_a) } else { (mr_a, mr_b) };
+        src.write(&src_mr, src_off, &data);
+        guard(dst, &dst_mr, dst_off, len);
+        let remote = mr_b.remote(remote_off);
+        let (op, wc_op) =
+            if read { (WrOpcode::Read { remote }, WcOpcode::Read) } else { (write_op(remote), WcOpcode::Write) };
+        let sge = [mr_a.sge(local_off, len as u32)];
+        p.a.post(p.qa, &[wr(k as u64, op, Payload::Sges(&sge))]);
         let wcs = collect(&p.f, &mut p.a.nic, p.a.cq, 1);
         assert_eq!(wcs.len(), 1);
         assert_ok(&wcs);
-        assert_eq!((wcs[0].wr_id, wcs[0].opcode, wcs[0].byte_len), (k as u64, WcOpcode::Write, len as u32));
+        assert_eq!((wcs[0].wr_id, wcs[0].opcode, wcs[0].byte_len), (k as u64, wc_op, len as u32));
         assert_eq!(wcs[0].qp_num, p.qa.qp_num);
-        assert!(p.b.read(&mr_b, dst_off, len) == data, "WRITE of {len} B: remote bytes differ");
-        check_guard(&p.b, &mr_b, dst_off, len);
+        let dst = if read { &p.a } else { &p.b };
+        assert!(dst.read(&dst_mr, dst_off, len) == data, "{what} of {len} B: the target bytes differ");
+        check_guard(dst, &dst_mr, dst_off, len);
     }
+}
+
+#[test]
+fn write_moves_the_bytes_for_every_size() {
+    moves_the_bytes_for_every_size(false, 1, |k| (5 + k, 7 + 3 * k));
 }
 
 #[test]
@@ -294,21 +311,7 @@ fn sends_land_in_recvs_in_post_order() {
 
 #[test]
 fn read_brings_the_bytes_back_for_every_size() {
-    let mut p = pair(3 << 20);
-    for (k, &len) in SIZES.iter().enumerate() {
-        let data = pattern(len, 40 + k as u8);
-        let (src_off, dst_off) = (3 + k, 11 + 2 * k);
-        let (mr_a, mr_b) = (p.a.mr, p.b.mr);
-        p.b.write(&mr_b, src_off, &data);
-        guard(&mut p.a, &mr_a, dst_off, len);
-        let sge = [mr_a.sge(dst_off, len as u32)];
-        p.a.post(p.qa, &[wr(k as u64, WrOpcode::Read { remote: mr_b.remote(src_off) }, Payload::Sges(&sge))]);
-        let wcs = collect(&p.f, &mut p.a.nic, p.a.cq, 1);
-        assert_ok(&wcs);
-        assert_eq!((wcs[0].opcode, wcs[0].byte_len), (WcOpcode::Read, len as u32));
-        assert!(p.a.read(&mr_a, dst_off, len) == data, "READ of {len} B: local bytes differ");
-        check_guard(&p.a, &mr_a, dst_off, len);
-    }
+    moves_the_bytes_for_every_size(true, 40, |k| (3 + k, 11 + 2 * k));
 }
 
 #[test]

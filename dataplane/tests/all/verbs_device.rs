@@ -80,6 +80,7 @@ const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_W
 
 struct Loopback {
     nic: VerbsRnic,
+    pd: PdHandle,
     cq: CqHandle,
     a: Qp,
     b: Qp,
@@ -109,7 +110,35 @@ fn loopback(mut nic: VerbsRnic, attr_a: impl Fn(&mut QpInitAttr)) -> Loopback {
     connect::bring_up(&mut nic, b.handle, ea, ACCESS).expect("bring up b");
     assert_eq!(nic.qp_state(a.handle), Ok(QpState::Rts));
     assert_eq!(nic.qp_state(b.handle), Ok(QpState::Rts));
-    Loopback { nic, cq, a, b, mr_a, mr_b }
+    Loopback { nic, pd, cq, a, b, mr_a, mr_b }
+}
+
+impl Loopback {
+    /// Posts one signaled WQE on QP a with the gathered payload `sge`.
+    fn post_a(&mut self, wr_id: u64, opcode: WrOpcode, sge: &[Sge], what: &str) {
+        let wr = SendWr { wr_id, opcode, payload: Payload::Sges(sge), signaled: true };
+        self.nic.post_send(self.a.handle, &[wr]).expect(what);
+    }
+
+    /// `len` bytes of `mr` from `off`.
+    fn read(&self, mr: &Mr, off: usize, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.nic.read_mr(mr.handle, off, &mut out).expect("read_mr");
+        out
+    }
+
+    /// A cross-channel QP on `cq` (the device's inline limit applied),
+    /// connected to itself.
+    fn self_connected_cross_channel(&mut self, cq: CqHandle, what: &str) -> Qp {
+        let max_inline = self.nic.device_info().caps.max_inline_data;
+        let mut attr = QpInitAttr::new(cq, cq);
+        attr.cross_channel = true;
+        attr.caps.max_inline_data = attr.caps.max_inline_data.min(max_inline);
+        let qp = self.nic.create_qp(self.pd, attr).expect(what);
+        let me = connect::endpoint(&self.nic, qp.qp_num);
+        connect::bring_up(&mut self.nic, qp.handle, me, ACCESS).expect(what);
+        qp
+    }
 }
 
 /// Polls until `n` completions arrived or 5 s passed.
@@ -150,36 +179,20 @@ fn loopback_write_read_send() {
     let data = pattern(8192, 1);
     l.nic.write_mr(l.mr_a.handle, 0, &data).expect("write_mr");
     let sge = [l.mr_a.sge(0, data.len() as u32)];
-    let wr = SendWr {
-        wr_id: 1,
-        opcode: WrOpcode::Write { remote: l.mr_b.remote(0) },
-        payload: Payload::Sges(&sge),
-        signaled: true,
-    };
-    l.nic.post_send(l.a.handle, &[wr]).expect("post WRITE");
+    l.post_a(1, WrOpcode::Write { remote: l.mr_b.remote(0) }, &sge, "post WRITE");
     let wc = poll_n(&mut l.nic, l.cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (1, WcStatus::Success, WcOpcode::Write));
     assert_eq!(wc[0].qp_num, l.a.qp_num);
-    let mut out = vec![0u8; data.len()];
-    l.nic.read_mr(l.mr_b.handle, 0, &mut out).expect("read_mr");
-    assert_eq!(out, data, "WRITE landed in b");
+    assert_eq!(l.read(&l.mr_b, 0, data.len()), data, "WRITE landed in b");
 
     // RDMA READ b -> a (at offset 16 KiB).
     let data = pattern(4096, 7);
     l.nic.write_mr(l.mr_b.handle, 32 * 1024, &data).expect("write_mr");
     let sge = [l.mr_a.sge(16 * 1024, data.len() as u32)];
-    let wr = SendWr {
-        wr_id: 2,
-        opcode: WrOpcode::Read { remote: l.mr_b.remote(32 * 1024) },
-        payload: Payload::Sges(&sge),
-        signaled: true,
-    };
-    l.nic.post_send(l.a.handle, &[wr]).expect("post READ");
+    l.post_a(2, WrOpcode::Read { remote: l.mr_b.remote(32 * 1024) }, &sge, "post READ");
     let wc = poll_n(&mut l.nic, l.cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (2, WcStatus::Success, WcOpcode::Read));
-    let mut out = vec![0u8; data.len()];
-    l.nic.read_mr(l.mr_a.handle, 16 * 1024, &mut out).expect("read_mr");
-    assert_eq!(out, data, "READ brought b's bytes");
+    assert_eq!(l.read(&l.mr_a, 16 * 1024, data.len()), data, "READ brought b's bytes");
 
     // Inline SEND with immediate into a posted RECV, in a post list of two.
     let recv_sge = [l.mr_b.sge(48 * 1024, 256)];
@@ -204,15 +217,12 @@ fn loopback_write_read_send() {
     assert_eq!((recv[1].wr_id, recv[1].imm), (31, None));
     let send: Vec<&Wc> = wcs.iter().filter(|w| w.opcode == WcOpcode::Send).collect();
     assert_eq!(send.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![4], "only the signaled SEND reports");
-    let mut out = vec![0u8; msg.len()];
-    l.nic.read_mr(l.mr_b.handle, 48 * 1024, &mut out).expect("read_mr");
-    assert_eq!(&out, msg);
+    assert_eq!(&l.read(&l.mr_b, 48 * 1024, msg.len()), msg);
 
     // A WRITE with a bad rkey fails with a remote access error.
     let sge = [l.mr_a.sge(0, 64)];
     let bad = RemoteAddr { addr: l.mr_b.addr, rkey: l.mr_b.rkey ^ 0x00ff_ff00 };
-    let wr = SendWr { wr_id: 5, opcode: WrOpcode::Write { remote: bad }, payload: Payload::Sges(&sge), signaled: true };
-    l.nic.post_send(l.a.handle, &[wr]).expect("post bad WRITE");
+    l.post_a(5, WrOpcode::Write { remote: bad }, &sge, "post bad WRITE");
     let wc = poll_n(&mut l.nic, l.cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (5, WcStatus::RemAccessErr, WcOpcode::Write));
     assert_eq!(l.nic.qp_state(l.a.handle), Ok(QpState::Err));
@@ -226,28 +236,14 @@ fn host_gated_managed_qp_and_wait() {
         attr.managed_send = true;
         attr.cross_channel = true;
     });
-    let pd = PdHandle(0);
-    let max_inline = l.nic.device_info().caps.max_inline_data;
-    let mut xattr = QpInitAttr::new(l.cq, l.cq);
-    xattr.cross_channel = true;
-    xattr.caps.max_inline_data = xattr.caps.max_inline_data.min(max_inline);
-    let ctl = l.nic.create_qp(pd, xattr).expect("control QP");
-    let me = connect::endpoint(&l.nic, ctl.qp_num);
-    connect::bring_up(&mut l.nic, ctl.handle, me, ACCESS).expect("control QP to itself");
+    let ctl = l.self_connected_cross_channel(l.cq, "control QP to itself");
 
     let data = pattern(1024, 3);
     l.nic.write_mr(l.mr_a.handle, 0, &data).expect("write_mr");
     let sge = [l.mr_a.sge(0, data.len() as u32)];
-    let wr = SendWr {
-        wr_id: 10,
-        opcode: WrOpcode::Write { remote: l.mr_b.remote(0) },
-        payload: Payload::Sges(&sge),
-        signaled: true,
-    };
-    l.nic.post_send(l.a.handle, &[wr]).expect("post to managed QP");
+    l.post_a(10, WrOpcode::Write { remote: l.mr_b.remote(0) }, &sge, "post to managed QP");
     poll_none(&mut l.nic, l.cq, Duration::from_millis(100));
-    let mut out = vec![0u8; data.len()];
-    l.nic.read_mr(l.mr_b.handle, 0, &mut out).expect("read_mr");
+    let out = l.read(&l.mr_b, 0, data.len());
     assert!(out.iter().all(|&b| b == 0), "a managed QP's WRITE must not run before it is enabled");
 
     let enable = SendWr {
@@ -260,17 +256,11 @@ fn host_gated_managed_qp_and_wait() {
     let wcs = poll_n(&mut l.nic, l.cq, 2);
     let ids: Vec<(u64, WcOpcode)> = wcs.iter().map(|w| (w.wr_id, w.opcode)).collect();
     assert!(ids.contains(&(11, WcOpcode::SendEnable)) && ids.contains(&(10, WcOpcode::Write)), "{ids:?}");
-    l.nic.read_mr(l.mr_b.handle, 0, &mut out).expect("read_mr");
-    assert_eq!(out, data, "the enabled WRITE ran on the device");
+    assert_eq!(l.read(&l.mr_b, 0, data.len()), data, "the enabled WRITE ran on the device");
 
     // WAIT: the control QP holds a WRITE until a second CQ has 1 completion.
     let watched = l.nic.create_cq(CqAttr { depth: 4, ignore_overrun: true }).expect("watched CQ");
-    let mut nattr = QpInitAttr::new(watched, watched);
-    nattr.cross_channel = true;
-    nattr.caps.max_inline_data = nattr.caps.max_inline_data.min(max_inline);
-    let bumper = l.nic.create_qp(pd, nattr).expect("bumper QP");
-    let me = connect::endpoint(&l.nic, bumper.qp_num);
-    connect::bring_up(&mut l.nic, bumper.handle, me, ACCESS).expect("bumper to itself");
+    let bumper = l.self_connected_cross_channel(watched, "bumper to itself");
     let data = pattern(512, 9);
     l.nic.write_mr(l.mr_a.handle, 4096, &data).expect("write_mr");
     let sge = [l.mr_a.sge(4096, data.len() as u32)];
@@ -289,9 +279,7 @@ fn host_gated_managed_qp_and_wait() {
     l.nic.post_send(bumper.handle, &[nop]).expect("NOP");
     let wcs = poll_n(&mut l.nic, l.cq, 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (21, WcStatus::Success));
-    let mut out = vec![0u8; data.len()];
-    l.nic.read_mr(l.mr_b.handle, 4096, &mut out).expect("read_mr");
-    assert_eq!(out, data);
+    assert_eq!(l.read(&l.mr_b, 4096, data.len()), data);
     assert!(l.nic.gate_counters().ctrl_executed >= 3);
 }
 

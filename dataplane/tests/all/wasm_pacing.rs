@@ -7,6 +7,8 @@ use perf_dataplane::policy::wasm::{FaultKind, LoadError, WasmLimits};
 use perf_dataplane::policy::PolicyHost;
 use perf_policy_sdk::{Pacing, TenantPlan, TenantStats};
 
+use crate::common::wat::Wat;
+
 /// Where the test modules keep their pacing buffer (after the request slot).
 const PACING_AT: u32 = 466_944;
 
@@ -21,26 +23,14 @@ fn module(version: (u16, u16), rate: u64, burst: u64, paused: u32, pacing_export
         b = PACING_AT + 8,
         q = PACING_AT + 16
     );
-    let word = (version.0 as u32) << 16 | version.1 as u32;
-    let text = format!(
-        r#"(module
-(memory (export "memory") 10)
-(func (export "perf_abi_version") (result i32) (i32.const {word}))
-(func (export "perf_init") (result i32) (i32.const 0))
-(func (export "perf_on_tenant") (param i32 i32 i32))
-(func (export "perf_on_request") (result i64) (i64.const 0))
-(func (export "perf_on_tick") (param i64 i32) (result i32) {on_tick})
-(func (export "perf_tick_interval_ns") (result i64) (i64.const 1000000))
-(func (export "perf_stats_ptr") (result i32) (i32.const 0))
-(func (export "perf_plans_ptr") (result i32) (i32.const 262144))
-(func (export "perf_request_ptr") (result i32) (i32.const 458752))
-(func (export "perf_max_tenants") (result i32) (i32.const 4096))
-(func (export "perf_name_ptr") (result i32) (i32.const 459000))
-(func (export "perf_name_len") (result i32) (i32.const 3))
-{pacing_export}
-(data (i32.const 459000) "wat"))"#
-    );
-    wat::parse_str(&text).expect("test WAT parses")
+    Wat {
+        version: (version.0 as u32) << 16 | version.1 as u32,
+        on_tick: on_tick.into(),
+        memory_pages: 10,
+        extra: pacing_export.to_string(),
+        ..Wat::default()
+    }
+    .bytes()
 }
 
 const EXPORT: &str = r#"(func (export "perf_pacing_ptr") (result i32) (i32.const 466944))"#;

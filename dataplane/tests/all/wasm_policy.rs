@@ -176,7 +176,7 @@ fn load_errors_name_what_is_wrong() {
 
 #[test]
 fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
-    let looping = Wat { on_tick: "(loop $l (br $l)) (i32.const 0)", ..Wat::default() };
+    let looping = Wat { on_tick: "(loop $l (br $l)) (i32.const 0)".into(), ..Wat::default() };
     for limits in [
         WasmLimits { interruption: Interruption::Epoch(Duration::from_millis(5)), ..WasmLimits::default() },
         WasmLimits { interruption: Interruption::Fuel(10_000_000), ..WasmLimits::default() },
@@ -218,7 +218,7 @@ fn a_module_that_loops_forever_is_interrupted_and_the_host_falls_back() {
 fn a_slow_loop_that_spends_little_fuel_is_stopped_by_the_backstop() {
     let logging = Wat {
         imports: "(import \"perf\" \"log\" (func $log (param i32 i32)))",
-        on_tick: "(loop $l (call $log (i32.const 0) (i32.const 256)) (br $l)) (i32.const 0)",
+        on_tick: "(loop $l (call $log (i32.const 0) (i32.const 256)) (br $l)) (i32.const 0)".into(),
         ..Wat::default()
     };
     let mut host = PolicyHost::wasm(logging.load(WasmLimits::default()).expect("loads"));
@@ -286,7 +286,7 @@ fn the_fuel_of_a_call_is_measured_and_a_tick_gets_more_per_tenant() {
 #[test]
 fn a_module_that_grows_memory_without_bound_hits_the_cap() {
     let greedy =
-        Wat { on_tick: "(loop $l (drop (memory.grow (i32.const 16))) (br $l)) (i32.const 0)", ..Wat::default() };
+        Wat { on_tick: "(loop $l (drop (memory.grow (i32.const 16))) (br $l)) (i32.const 0)".into(), ..Wat::default() };
     let limits = WasmLimits { max_memory_bytes: 4 << 20, ..WasmLimits::default() };
     let mut host = PolicyHost::wasm(greedy.load(limits).expect("loads"));
     let mut plans = vec![TenantPlan::PASSTHROUGH; 2];
@@ -318,13 +318,21 @@ fn traps_and_nonsense_fall_back_with_a_reason() {
     assert_eq!((host.counters.rejections, host.counters.fallbacks, host.counters.traps), (1, 1, 0));
 
     // A class that does not exist, written into tenant 0's plan (offset 40).
-    let bad_class = Wat { on_tick: "(i32.store (i32.const 262184) (i32.const 99)) (i32.const 0)", ..Wat::default() };
-    let mut host = PolicyHost::wasm(bad_class.load(WasmLimits::default()).expect("loads"));
-    let mut plans = vec![TenantPlan::PASSTHROUGH; 3];
-    host.on_tick(5, &stats(3, 2), &mut plans);
-    let exit = host.exit_info().expect("recorded");
+    let bad_class =
+        Wat { on_tick: "(i32.store (i32.const 262184) (i32.const 99)) (i32.const 0)".into(), ..Wat::default() };
+    dropped_by_its_tick(&bad_class, 3, 2, "BadClass(99)");
+}
+
+/// Loads `module` and ticks it once over `n` tenants (the stats of `round`):
+/// the tick drops it for an invalid decision whose message names `reason`,
+/// and every tenant is back on the passthrough plan.
+fn dropped_by_its_tick(module: &Wat, n: usize, round: u64, reason: &str) {
+    let mut host = PolicyHost::wasm(module.load(WasmLimits::default()).expect("loads"));
+    let mut plans = vec![TenantPlan::PASSTHROUGH; n];
+    host.on_tick(1, &stats(n, round), &mut plans);
+    let exit = host.exit_info().expect("dropped");
     assert_eq!((exit.kind, exit.hook), (FaultKind::InvalidDecision, "on_tick"));
-    assert!(exit.message.contains("BadClass(99)"), "{}", exit.message);
+    assert!(exit.message.contains(reason), "{}", exit.message);
     assert!(plans.iter().all(|p| *p == TenantPlan::PASSTHROUGH));
 }
 
@@ -596,7 +604,8 @@ fn a_module_that_scribbles_over_its_tables_is_contained() {
     let one = Wat {
         version: V1_5,
         on_tick:
-            "(i32.store (i32.const 262192) (i32.const 3)) (i32.store (i32.const 262196) (i32.const 1)) (i32.const 0)",
+            "(i32.store (i32.const 262192) (i32.const 3)) (i32.store (i32.const 262196) (i32.const 1)) (i32.const 0)"
+                .into(),
         ..Wat::default()
     };
     let mut w = one.load(WasmLimits::default()).expect("loads");
@@ -608,8 +617,11 @@ fn a_module_that_scribbles_over_its_tables_is_contained() {
     assert!(plans.iter().enumerate().all(|(i, p)| i == 1 || p.quantum_requests == 5));
     // A module that scribbles over the stats table sees its own writes;
     // the host's copy is what it wrote, and its decisions are still checked.
-    let stats_scribbler =
-        Wat { version: V1_5, on_tick: "(i32.store (i32.const 0) (i32.const -1)) (i32.const 0)", ..Wat::default() };
+    let stats_scribbler = Wat {
+        version: V1_5,
+        on_tick: "(i32.store (i32.const 0) (i32.const -1)) (i32.const 0)".into(),
+        ..Wat::default()
+    };
     let mut host = PolicyHost::wasm(stats_scribbler.load(WasmLimits::default()).expect("loads"));
     let mut plans = vec![TenantPlan::PASSTHROUGH; 2];
     for at in 0..3 {
@@ -623,7 +635,7 @@ fn the_control_block_is_validated_and_its_declaration_kept() {
     let with = |version, control: String, on_request: &'static str, on_tick: &'static str| Wat {
         version,
         on_request,
-        on_tick,
+        on_tick: on_tick.into(),
         extra: control,
         ..Wat::default()
     };
@@ -657,12 +669,7 @@ fn the_control_block_is_validated_and_its_declaration_kept() {
         "(i64.const 0)",
         "(i32.store (i32.const 460008) (i32.const 128)) (i32.const 0)",
     );
-    let mut host = PolicyHost::wasm(lying.load(WasmLimits::default()).expect("loads"));
-    let mut plans = vec![TenantPlan::PASSTHROUGH; 2];
-    host.on_tick(1, &stats(2, 1), &mut plans);
-    let exit = host.exit_info().expect("dropped");
-    assert_eq!((exit.kind, exit.hook), (FaultKind::InvalidDecision, "on_tick"));
-    assert!(exit.message.contains("BadRequestCalls(128)"), "{}", exit.message);
+    dropped_by_its_tick(&lying, 2, 1, "BadRequestCalls(128)");
     // Refused at load: a zero interval, a block outside memory or misaligned.
     let e = with(V1_5, control_block(460000, 0, 0), "(i64.const 0)", "(i32.const 0)")
         .load(WasmLimits::default())

@@ -106,6 +106,32 @@ impl Pol {
     }
 }
 
+/// The policies every random-workload property runs under: none, PeRF as
+/// built in, and splitting with rotation forced on every message.
+pub const BASE_POLICIES: [Pol; 3] = [Pol::Passthrough, Pol::Perf, Pol::Force(ForceSplit::HEAVY)];
+/// `fairshare` with a tight shared budget: fair admission holds most work back.
+pub const TIGHT_FAIRSHARE: Pol =
+    Pol::Named("fairshare:window_kib=8,read_window_kib=8,chunk_bytes=4096,read_chunk_bytes=4096");
+/// `perf` with run-time parameters: one active QP per tenant, rotated after
+/// every request.
+pub const ROTATE_EVERY_REQUEST: Pol = Pol::Named("perf:max_active_qps=1,quantum_requests=1,chunk_bytes=4096");
+/// `perf` with token buckets: QPs wait for their tenant's debt to be paid.
+pub const TOKEN_BUCKETS: Pol = Pol::Named("perf:rate_bytes_per_s=2000000000,burst_bytes=65536,chunk_bytes=4096");
+
+/// One `#[test]` per policy, each running `check(policy)`:
+/// `per_policy!(check: check_passthrough => Pol::Passthrough, ...)`.
+macro_rules! per_policy {
+    ($check:ident: $($name:ident => $pol:expr),+ $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $check($pol);
+            }
+        )+
+    };
+}
+pub(crate) use per_policy;
+
 /// All rights, for every region and QP of these tests.
 pub fn all_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ

@@ -1,6 +1,8 @@
 //! Hand-written policy modules in WAT: every export of the ABI, with
 //! hooks and version that a test can replace.
 
+use std::borrow::Cow;
+
 use perf_dataplane::policy::wasm::{LoadError, WasmLimits, WasmPolicy};
 
 /// A WAT module with every export of the ABI; the hooks' bodies and the
@@ -8,7 +10,7 @@ use perf_dataplane::policy::wasm::{LoadError, WasmLimits, WasmPolicy};
 pub struct Wat {
     pub version: u32,
     pub imports: &'static str,
-    pub on_tick: &'static str,
+    pub on_tick: Cow<'static, str>,
     pub on_request: &'static str,
     pub memory_pages: u32,
     pub name_at: u32,
@@ -22,7 +24,7 @@ impl Default for Wat {
         Wat {
             version: 1 << 16,
             imports: "",
-            on_tick: "(i32.const 0)",
+            on_tick: "(i32.const 0)".into(),
             on_request: "(i64.const 0)",
             memory_pages: 8,
             name_at: 459000,
