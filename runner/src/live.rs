@@ -252,14 +252,7 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
         }
     }
     if let Peers::Remote(conn) = &mut peers {
-        let theirs = conn.exchange(&remote_peer).context("swapping QP endpoints with the serving host")?;
-        if theirs.len() != remote_peer.len() {
-            anyhow::bail!(
-                "the serving host has {} QPs for this scenario, this host {}: do both load the same scenario file?",
-                theirs.len(),
-                remote_peer.len()
-            );
-        }
+        let theirs = exchange_endpoints(conn, &remote_peer, "serving host")?;
         let mut it = theirs.iter();
         for (added, remotes) in setups.iter_mut() {
             for (index, _) in &added.qps {
@@ -278,14 +271,7 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
     tracing::info!(policy, tenants = sc.tenants.len(), duration_ms = sc.duration_ms, "live run starts");
     nic.start_clock();
     {
-        let mut apps: Vec<&mut dyn App> = Vec::new();
-        for t in tenants.iter_mut() {
-            apps.push(t);
-        }
-        apps.push(&mut dp);
-        for p in local.iter_mut() {
-            apps.push(p);
-        }
+        let mut apps = run_cmd::apps(&mut tenants, &mut dp, &mut local);
         let hidden = ProgressBar::hidden();
         spin(&mut apps, &nic, end, opts.progress.as_ref().unwrap_or(&hidden)).context("the run failed")?;
     }
@@ -297,6 +283,21 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
     // are outside libibverbs): only the tenants' own figures.
     let rnic = RnicReport { utilization: 0.0, wire_payload_gbps: 0.0, sched_turns: 0, ctrl_wqes: 0 };
     Ok(run_cmd::report_of(policy, hw, &dp, tenants, rnic, NicTimeline::new(run_cmd::bucket_ns(sc)), end))
+}
+
+/// Swaps this host's QP endpoints, `mine`, with those of the other host
+/// (`other` names it) over `conn`; both hosts must have as many QPs (they
+/// loaded the same scenario file).
+fn exchange_endpoints(conn: &mut OobConn, mine: &[ConnInfo], other: &str) -> anyhow::Result<Vec<ConnInfo>> {
+    let theirs = conn.exchange(mine).with_context(|| format!("swapping QP endpoints with the {other}"))?;
+    if theirs.len() != mine.len() {
+        anyhow::bail!(
+            "the {other} has {} QPs for this scenario, this host {}: do both load the same scenario file?",
+            theirs.len(),
+            mine.len()
+        );
+    }
+    Ok(theirs)
 }
 
 /// The serving side of a two-host run: the scenario's peers on `nic` for
@@ -317,14 +318,7 @@ pub fn serve<P: Rnic>(sc: &Scenario, nic: P, listener: &TcpListener) -> anyhow::
     let at = listener.local_addr().map_or_else(|_| "?".into(), |a| a.to_string());
     eprintln!("serving {} tenants' peers on {at}; waiting for the client (--peer)", sc.tenants.len());
     let mut conn = OobConn::accept(listener, OOB_TIMEOUT).context("waiting for the client")?;
-    let theirs = conn.exchange(&mine).context("swapping QP endpoints with the client")?;
-    if theirs.len() != mine.len() {
-        anyhow::bail!(
-            "the client has {} QPs for this scenario, this host {}: do both load the same scenario file?",
-            theirs.len(),
-            mine.len()
-        );
-    }
+    let theirs = exchange_endpoints(&mut conn, &mine, "client")?;
     let mut it = theirs.iter();
     let mut peers = Vec::new();
     for (spec, mut side) in sc.tenants.iter().zip(sides) {

@@ -419,6 +419,20 @@ pub fn report(
     report_of(policy, format!("{hw:?}"), dp, tenants, rnic, nic_timeline, total)
 }
 
+/// Every party of a run in the order a round serves them: the tenants,
+/// the dataplane, then the peers.
+pub(crate) fn apps<'a>(
+    tenants: &'a mut [impl App],
+    dp: &'a mut impl App,
+    peers: &'a mut [impl App],
+) -> Vec<&'a mut dyn App> {
+    let mut apps: Vec<&mut dyn App> = Vec::with_capacity(tenants.len() + 1 + peers.len());
+    apps.extend(tenants.iter_mut().map(|t| t as &mut dyn App));
+    apps.push(dp);
+    apps.extend(peers.iter_mut().map(|p| p as &mut dyn App));
+    apps
+}
+
 /// Runs one scenario under one configuration, with options, in virtual time.
 pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &RunOptions) -> anyhow::Result<Report> {
     let Wired { fabric, mut dp, mut tenants, mut peers, end_ns: end, mut nic_timeline } =
@@ -426,14 +440,7 @@ pub fn run_scenario_with(sc: &Scenario, policy: &str, hw: &TcScheduler, opts: &R
     // Virtual time only: a loop in real time takes its real time.
     dp.set_loop_cost(opts.loop_cost.cost);
     {
-        let mut apps: Vec<&mut dyn App> = Vec::new();
-        for t in tenants.iter_mut() {
-            apps.push(t);
-        }
-        apps.push(&mut dp);
-        for p in peers.iter_mut() {
-            apps.push(p);
-        }
+        let mut apps = apps(&mut tenants, &mut dp, &mut peers);
         let hidden = ProgressBar::hidden();
         let progress = opts.progress.as_ref().unwrap_or(&hidden);
         drive(&fabric, &mut apps, end + 1_000_000, &mut nic_timeline, progress).context("simulation failed")?;
@@ -565,13 +572,17 @@ mod tests {
     use super::*;
     use perf_dataplane::engine::SwapOutcome;
 
+    /// The shipped `b_single-d_single` scenario, on the NIC's round-robin.
+    fn b_single_d_single() -> (Scenario, TcScheduler) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
+        (Scenario::load(&path).expect("scenario loads"), parse_hw("rr").expect("rr"))
+    }
+
     /// The wasm `perf` module (the embedded build of `policies/perf`) gives
     /// the same run as the native `perf`, figure for figure, in virtual time.
     #[test]
     fn wasm_perf_runs_a_scenario_identically_to_native_perf() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
-        let sc = Scenario::load(&path).expect("scenario loads");
-        let hw = parse_hw("rr").expect("rr");
+        let (sc, hw) = b_single_d_single();
         let native = run_scenario(&sc, "perf", &hw).expect("native run");
         let wasm = run_scenario(&sc, "wasm:perf", &hw).expect("wasm run");
         let json = |r: &Report| {
@@ -608,9 +619,7 @@ mod tests {
     /// time; a zero cost reports none and runs as before.
     #[test]
     fn the_report_carries_the_loop_cost_model_and_its_utilization() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
-        let sc = Scenario::load(&path).expect("scenario loads");
-        let hw = parse_hw("rr").expect("rr");
+        let (sc, hw) = b_single_d_single();
         let free = run_scenario(&sc, "perf", &hw).expect("run");
         let zero = LoopChoice::parse("zero").expect("zero");
         let zero = run_scenario_with(&sc, "perf", &hw, &RunOptions { loop_cost: zero, ..RunOptions::default() })
@@ -654,9 +663,7 @@ mod tests {
     /// at or after its time; every tenant still completes.
     #[test]
     fn scripted_swaps_are_applied_and_reported() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/b_single-d_single.toml");
-        let sc = Scenario::load(&path).expect("scenario loads");
-        let hw = parse_hw("rr").expect("rr");
+        let (sc, hw) = b_single_d_single();
         let swaps: Vec<SwapAt> = ["2=wasm:perf", "4=missing.wasm", "6=passthrough"]
             .iter()
             .map(|s| parse_swap_at(s).expect("parses"))

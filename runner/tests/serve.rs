@@ -411,6 +411,20 @@ impl Daemon {
         assert!(!self.sock.exists() && !self.ctl.exists(), "socket files removed");
         (status.success(), rest.trim().to_string())
     }
+
+    /// Stops the daemon: it exits cleanly with nothing left in flight.
+    fn stop_clean(self) {
+        let (ok, last) = self.stop();
+        assert!(ok && last.contains(" 0 left in flight"), "{last}");
+    }
+
+    /// A new pair of clients still runs to the end on the daemon, which
+    /// then stops cleanly.
+    fn still_serves_then_stops(self) {
+        let (send, recv) = start_pair(&self.sock, "after", 200, 1);
+        finish_pair(send, recv, 200);
+        self.stop_clean();
+    }
 }
 
 impl Drop for Daemon {
@@ -539,8 +553,7 @@ fn two_pairs() {
         .output()
         .expect("ctl swap");
     assert!(swap.status.success(), "{}", String::from_utf8_lossy(&swap.stderr));
-    let (ok, last) = daemon.stop();
-    assert!(ok && last.contains(" 0 left in flight"), "{last}");
+    daemon.stop_clean();
 }
 
 fn killed_client() {
@@ -581,10 +594,7 @@ fn killed_client() {
     }
     assert_eq!(shared(), 0, "shared memory still mapped in the daemon after every client left");
     // The daemon still serves new clients.
-    let (s2, r2) = start_pair(&daemon.sock, "after", 200, 1);
-    finish_pair(s2, r2, 200);
-    let (ok, last) = daemon.stop();
-    assert!(ok && last.contains(" 0 left in flight"), "{last}");
+    daemon.still_serves_then_stops();
 }
 
 fn garbage_ring() {
@@ -609,10 +619,7 @@ fn garbage_ring() {
     let wr = WorkRequest { wr_id: 1, qp: 0, op: Op::Send, mr: 0, offset: 0, len: 1 };
     let err = c.post(&[wr]).expect_err("a broken ring takes nothing");
     assert!(err.to_string().contains("Broken"), "{err}");
-    let (s2, r2) = start_pair(&daemon.sock, "after", 200, 1);
-    finish_pair(s2, r2, 200);
-    let (ok, last) = daemon.stop();
-    assert!(ok && last.contains(" 0 left in flight"), "{last}");
+    daemon.still_serves_then_stops();
 }
 
 fn clear_errors() {
@@ -788,6 +795,5 @@ fn perftest_clients_and_metrics() {
     assert!(get(&after, "perf_loop_completions_total") >= get(&after, "perf_loop_requests_total") - 0.5);
     assert!(get(&after, "perf_loop_rounds_total") > get(&during, "perf_loop_rounds_total"));
     assert!(after.contains_key("perf_policy_calls_total{policy=\"perf\"}"), "{after:?}");
-    let (ok, last) = daemon.stop();
-    assert!(ok && last.contains(" 0 left in flight"), "{last}");
+    daemon.stop_clean();
 }

@@ -7,7 +7,7 @@
 //! flight), never a rate. Also, in virtual time, swap markers in plots.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command as Std, Stdio};
+use std::process::{Child, Command as Std, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,17 @@ fn ctl(sock: &Path, args: &[&str]) -> (bool, String, String) {
     (out.status.success(), s(out.stdout), s(out.stderr))
 }
 
+/// Starts `perf-runner run SC --realtime --policy perf --quiet` with the
+/// `(flag, path)` pairs of `extra`, its stdout to `stdout`, its stderr piped.
+fn realtime_run(sc: &Path, extra: &[(&str, &Path)], stdout: Stdio) -> Child {
+    let mut cmd = Std::new(assert_cmd::cargo::cargo_bin("perf-runner"));
+    cmd.arg("run").arg(sc).args(["--realtime", "--policy", "perf", "--quiet"]);
+    for (flag, path) in extra {
+        cmd.arg(flag).arg(path);
+    }
+    cmd.stdout(stdout).stderr(Stdio::piped()).spawn().expect("run starts")
+}
+
 fn ok(sock: &Path, args: &[&str]) -> String {
     let (success, out, err) = ctl(sock, args);
     assert!(success, "ctl {args:?} failed:\n{out}\n{err}");
@@ -59,19 +70,7 @@ fn a_live_swap_over_the_control_socket_shows_in_stats_and_in_the_report() {
     .expect("write");
     let bad = d.join("bad.wasm");
     std::fs::write(&bad, b"not a wasm module").expect("write");
-    let mut run = Std::new(assert_cmd::cargo::cargo_bin("perf-runner"))
-        .arg("run")
-        .arg(&sc)
-        .args(["--realtime", "--policy", "perf", "--quiet", "--ctl"])
-        .arg(&sock)
-        .arg("--json")
-        .arg(&json)
-        .arg("--plot")
-        .arg(&plots)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run starts");
+    let mut run = realtime_run(&sc, &[("--ctl", &sock), ("--json", &json), ("--plot", &plots)], Stdio::piped());
     let deadline = Instant::now() + Duration::from_secs(30);
     while !sock.exists() {
         assert!(Instant::now() < deadline, "no control socket at {}", sock.display());
@@ -188,17 +187,7 @@ fn a_watched_policy_file_that_changes_is_swapped_to() {
     std::fs::write(&sc, "duration_ms = 600\nwarmup_ms = 10\n[[tenant]]\nname = 'B'\nkind = 'bw'\nsize = 4096\n")
         .expect("write");
     std::fs::write(&watched, b"v1").expect("write");
-    let run = Std::new(assert_cmd::cargo::cargo_bin("perf-runner"))
-        .arg("run")
-        .arg(&sc)
-        .args(["--realtime", "--policy", "perf", "--quiet", "--watch"])
-        .arg(&watched)
-        .arg("--json")
-        .arg(&json)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run starts");
+    let run = realtime_run(&sc, &[("--watch", &watched), ("--json", &json)], Stdio::null());
     std::thread::sleep(Duration::from_millis(250));
     std::fs::write(&watched, b"v2, still not a module").expect("rewrite");
     let out = run.wait_with_output().expect("the run ends");

@@ -73,6 +73,37 @@ pub fn num(v: &Value, key: &str) -> f64 {
     v.pointer(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("no number at {key} in {v}"))
 }
 
+/// D_single keeps its latency beside a bandwidth tenant: a mean of at most
+/// 2 us and a p99 of at most 1.5 x its p99 alone (`r` ran with `--alone`).
+pub fn assert_d_keeps_latency(r: &Value) {
+    let d = tenant(r, "D_single");
+    let (mean, p99, p99_alone) =
+        (num(d, "/latency_us/mean"), num(d, "/latency_us/p99"), num(d, "/alone/latency_us/p99"));
+    assert!(mean <= 2.0, "D_single mean latency {mean:.3} us > 2.0 us");
+    assert!(p99 <= 1.5 * p99_alone, "D_single p99 {p99:.3} us > 1.5 x its p99 alone {p99_alone:.3} us");
+}
+
+/// M_single keeps 0.7 of its message rate alone and B_single 85 Gb/s
+/// (`r` ran with `--alone`).
+pub fn assert_m_keeps_rate_and_b_bandwidth(r: &Value) {
+    let (b, m) = (tenant(r, "B_single"), tenant(r, "M_single"));
+    let (mpps, alone) = (num(m, "/mpps"), num(m, "/alone/mpps"));
+    assert!(mpps >= 0.7 * alone, "M_single {mpps:.3} Mmsg/s < 0.7 x its {alone:.3} alone");
+    let gbps = num(b, "/gbps");
+    assert!(gbps >= 85.0, "B_single got {gbps:.2} Gb/s < 85");
+}
+
+/// B_single and B_multi fill the link (90 Gb/s together) and B_multi gets
+/// `shares` shares to B_single's one, within 10% (`what` names the case).
+pub fn assert_b_multi_gets_shares(r: &Value, shares: f64, what: &str) {
+    let (s, m) = (num(tenant(r, "B_single"), "/gbps"), num(tenant(r, "B_multi"), "/gbps"));
+    let total = s + m;
+    assert!(total >= 90.0, "{what}: B_single + B_multi = {total:.2} Gb/s < 90");
+    let want = total * shares / (1.0 + shares);
+    let off = (m - want).abs() / want;
+    assert!(off <= 0.10, "{what}: B_multi got {m:.2} of {total:.2} Gb/s, {:.1}% off {want:.2}", off * 100.0);
+}
+
 /// The built `perf-runner`, run from the repository root.
 pub fn bin() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("perf-runner").expect("the perf-runner binary");
