@@ -95,6 +95,13 @@ fn pair(mr_len: usize) -> Pair {
     pair_on(SimFabric::pair(7), mr_len)
 }
 
+/// [`pair`], with the handles of host 0's and host 1's regions.
+fn pair_and_regions(mr_len: usize) -> (Pair, Mr, Mr) {
+    let p = pair(mr_len);
+    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    (p, mr_a, mr_b)
+}
+
 fn pair_on(f: SimFabric, mr_len: usize) -> Pair {
     let mut a = Host::new(&f, 0, mr_len);
     let mut b = Host::new(&f, 1, mr_len);
@@ -208,9 +215,13 @@ fn write_moves_the_bytes_for_every_size() {
 }
 
 #[test]
+fn read_brings_the_bytes_back_for_every_size() {
+    moves_the_bytes_for_every_size(true, 40, |k| (3 + k, 11 + 2 * k));
+}
+
+#[test]
 fn inline_write_and_gathered_write() {
-    let mut p = pair(1 << 16);
-    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    let (mut p, mr_a, mr_b) = pair_and_regions(1 << 16);
     // Inline: the bytes are captured at post time; changing the buffer after
     // posting must not matter.
     let data = pattern(200, 9);
@@ -235,8 +246,7 @@ fn inline_write_and_gathered_write() {
 
 #[test]
 fn write_with_imm_consumes_a_recv() {
-    let mut p = pair(1 << 16);
-    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    let (mut p, mr_a, mr_b) = pair_and_regions(1 << 16);
     let data = pattern(5000, 3);
     p.a.write(&mr_a, 0, &data);
     let rsge = [mr_b.sge(40_000, 16)];
@@ -261,8 +271,7 @@ fn write_with_imm_consumes_a_recv() {
 
 #[test]
 fn send_scatters_over_two_recv_sges() {
-    let mut p = pair(1 << 16);
-    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    let (mut p, mr_a, mr_b) = pair_and_regions(1 << 16);
     let data = pattern(5000, 4);
     p.a.write(&mr_a, 0, &data);
     guard(&mut p.b, &mr_b, 100, 3000);
@@ -286,8 +295,7 @@ fn send_scatters_over_two_recv_sges() {
 
 #[test]
 fn sends_land_in_recvs_in_post_order() {
-    let mut p = pair(1 << 16);
-    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    let (mut p, mr_a, mr_b) = pair_and_regions(1 << 16);
     let rsges: Vec<[Sge; 1]> = (0..4).map(|i| [mr_b.sge(i * 1024, 1024)]).collect();
     let recvs: Vec<RecvWr<'_>> = rsges.iter().enumerate().map(|(i, s)| RecvWr { wr_id: i as u64, sgl: s }).collect();
     p.b.nic.post_recv(p.qb.handle, &recvs).expect("post_recv");
@@ -310,14 +318,8 @@ fn sends_land_in_recvs_in_post_order() {
 }
 
 #[test]
-fn read_brings_the_bytes_back_for_every_size() {
-    moves_the_bytes_for_every_size(true, 40, |k| (3 + k, 11 + 2 * k));
-}
-
-#[test]
 fn read_scatters_into_two_local_sges() {
-    let mut p = pair(1 << 16);
-    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    let (mut p, mr_a, mr_b) = pair_and_regions(1 << 16);
     let data = pattern(6000, 50);
     p.b.write(&mr_b, 500, &data);
     let sges = [mr_a.sge(10_000, 2500), mr_a.sge(100, 3500)];
@@ -452,8 +454,7 @@ fn bad_lkey_gives_loc_prot_err() {
 fn local_error_behind_an_inflight_write_stops_later_wqes() {
     // A 1 MiB WRITE is still in flight when the next WQE fails its lkey
     // check; the WQE after that must not execute (its bytes must not land).
-    let mut p = pair(2 << 20);
-    let (mr_a, mr_b) = (p.a.mr, p.b.mr);
+    let (mut p, mr_a, mr_b) = pair_and_regions(2 << 20);
     let big = pattern(1 << 20, 70);
     p.a.write(&mr_a, 0, &big);
     p.a.write(&mr_a, 1 << 20, &pattern(512, 71));

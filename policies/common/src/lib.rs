@@ -15,6 +15,66 @@ pub mod preemption;
 
 pub use preemption::{Perf, PerfParams, QpCap, QpDaemon, QpFormula};
 
+#[doc(hidden)]
+pub use perf_policy_sdk as __sdk;
+
+/// `impl Default for $policy`: the policy with its parameters' defaults
+/// (`$policy::new($params::default())`).
+#[macro_export]
+macro_rules! default_from_params {
+    ($policy:ident, $params:ident) => {
+        impl Default for $policy {
+            fn default() -> Self {
+                Self::new($params::default())
+            }
+        }
+    };
+}
+
+/// Inside `impl Policy`: `on_pacing` and `tick_interval_ns` of a policy
+/// that paces and ticks as the [`Perf`] in its field `$perf` does.
+#[macro_export]
+macro_rules! pace_and_tick_as_perf {
+    ($perf:ident) => {
+        fn on_pacing(&mut self, now_ns: u64, pacing: &mut [$crate::__sdk::Pacing]) {
+            self.$perf.on_pacing(now_ns, pacing);
+        }
+
+        fn tick_interval_ns(&self) -> u64 {
+            self.$perf.tick_interval_ns()
+        }
+    };
+}
+
+/// Inside `impl Policy`: `request_calls` of a policy that keeps the
+/// default `on_request` (the plan rule, SENDs whole), so that no request
+/// needs a call (ABI 1.5).
+#[macro_export]
+macro_rules! plan_rule_request_calls {
+    () => {
+        fn request_calls(&self) -> $crate::__sdk::RequestCalls {
+            $crate::__sdk::RequestCalls::Plan { sends: false }
+        }
+    };
+}
+
+/// Inside `impl Policy`: `set_param` of a policy that restarts from its
+/// new parameters: the key is set on a copy of `self.params` (its `set`),
+/// and on success the policy is `$policy::new` of the copy. The attributes
+/// (the doc comment naming the keys) go on the method.
+#[macro_export]
+macro_rules! restart_on_set_param {
+    ($(#[$attr:meta])* $policy:ident) => {
+        $(#[$attr])*
+        fn set_param(&mut self, key: &str, value: &str) -> Result<(), $crate::__sdk::ParamError> {
+            let mut params = self.params;
+            params.set(key, value)?;
+            *self = $policy::new(params);
+            Ok(())
+        }
+    };
+}
+
 /// Rounds `bytes` down to a multiple of 64 B (the host's chunk granule),
 /// at least [`perf_policy_sdk::limits::MIN_CHUNK`].
 pub fn chunk_granule(bytes: u64) -> u32 {

@@ -369,11 +369,7 @@ pub struct Perf {
     ticked: bool,
 }
 
-impl Default for Perf {
-    fn default() -> Self {
-        Self::new(PerfParams::default())
-    }
-}
+crate::default_from_params!(Perf, PerfParams);
 
 impl Perf {
     /// PeRF with `params`.

@@ -126,11 +126,7 @@ pub struct FairShare {
     since_zero_weight: [u32; QP_SLOTS],
 }
 
-impl Default for FairShare {
-    fn default() -> Self {
-        FairShare::new(FairShareParams::default())
-    }
-}
+perf_policy_common::default_from_params!(FairShare, FairShareParams);
 
 impl FairShare {
     /// The policy with `params`.

@@ -126,11 +126,7 @@ pub struct Justitia {
     pacing: [Pacing; MAX_TENANTS],
 }
 
-impl Default for Justitia {
-    fn default() -> Self {
-        Self::new(JustitiaParams::default())
-    }
-}
+perf_policy_common::default_from_params!(Justitia, JustitiaParams);
 
 impl Justitia {
     /// Justitia with `params`.
@@ -236,19 +232,12 @@ impl Policy for Justitia {
         self.params.tick_interval_ns
     }
 
-    /// The default `on_request` (the plan rule, SENDs whole): no request
-    /// needs a call (ABI 1.5).
-    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
-        perf_policy_sdk::RequestCalls::Plan { sends: false }
-    }
+    perf_policy_common::plan_rule_request_calls!();
 
-    /// [`JustitiaParams::KEYS`]; the policy restarts from the new
-    /// parameters (capacity at the line rate).
-    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
-        let mut params = self.params;
-        params.set(key, value)?;
-        *self = Justitia::new(params);
-        Ok(())
+    perf_policy_common::restart_on_set_param! {
+        /// [`JustitiaParams::KEYS`]; the policy restarts from the new
+        /// parameters (capacity at the line rate).
+        Justitia
     }
 }
 

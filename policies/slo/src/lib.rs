@@ -30,7 +30,7 @@
 
 use perf_policy_common::{chunk_granule, Perf, PerfParams};
 use perf_policy_sdk::{
-    export_policy, parse_param, parse_param_min, Pacing, ParamError, Policy, TenantClass, TenantPlan, TenantStats,
+    export_policy, parse_param, parse_param_min, ParamError, Policy, TenantClass, TenantPlan, TenantStats,
 };
 
 /// The settings the controller moves along, `(chunk bytes, zero-weight
@@ -146,11 +146,7 @@ pub struct Slo {
     since_up: u32,
 }
 
-impl Default for Slo {
-    fn default() -> Self {
-        Self::new(SloParams::default())
-    }
-}
+perf_policy_common::default_from_params!(Slo, SloParams);
 
 impl Slo {
     /// The SLO policy with `params`.
@@ -253,27 +249,14 @@ impl Policy for Slo {
         }
     }
 
-    fn on_pacing(&mut self, now_ns: u64, pacing: &mut [Pacing]) {
-        self.perf.on_pacing(now_ns, pacing);
-    }
+    perf_policy_common::pace_and_tick_as_perf!(perf);
 
-    fn tick_interval_ns(&self) -> u64 {
-        self.perf.tick_interval_ns()
-    }
+    perf_policy_common::plan_rule_request_calls!();
 
-    /// The default `on_request` (the plan rule, SENDs whole): no request
-    /// needs a call (ABI 1.5).
-    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
-        perf_policy_sdk::RequestCalls::Plan { sends: false }
-    }
-
-    /// [`SloParams::KEYS`] and PeRF's; the controller restarts from the
-    /// new parameters.
-    fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
-        let mut params = self.params;
-        params.set(key, value)?;
-        *self = Slo::new(params);
-        Ok(())
+    perf_policy_common::restart_on_set_param! {
+        /// [`SloParams::KEYS`] and PeRF's; the controller restarts from the
+        /// new parameters.
+        Slo
     }
 }
 

@@ -24,7 +24,7 @@
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 use perf_policy_common::{chunk_granule, Perf, PerfParams};
-use perf_policy_sdk::{export_policy, Pacing, ParamError, Policy, TenantPlan, TenantStats};
+use perf_policy_sdk::{export_policy, ParamError, Policy, TenantPlan, TenantStats};
 
 /// The weighted policy.
 #[derive(Debug, Clone, Default)]
@@ -75,19 +75,9 @@ impl Policy for Weighted {
         }
     }
 
-    fn on_pacing(&mut self, now_ns: u64, pacing: &mut [Pacing]) {
-        self.perf.on_pacing(now_ns, pacing);
-    }
+    perf_policy_common::pace_and_tick_as_perf!(perf);
 
-    fn tick_interval_ns(&self) -> u64 {
-        self.perf.tick_interval_ns()
-    }
-
-    /// The default `on_request` (the plan rule, SENDs whole): no request
-    /// needs a call (ABI 1.5).
-    fn request_calls(&self) -> perf_policy_sdk::RequestCalls {
-        perf_policy_sdk::RequestCalls::Plan { sends: false }
-    }
+    perf_policy_common::plan_rule_request_calls!();
 
     /// PeRF's parameters ([`PerfParams::KEYS`]).
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
