@@ -41,6 +41,11 @@ pub struct PolicyCost {
     pub tick_tenant_ps: u64,
 }
 
+impl PolicyCost {
+    /// A free policy.
+    pub const ZERO: PolicyCost = PolicyCost { call_ps: 0, tick_ps: 0, tick_tenant_ps: 0 };
+}
+
 /// The cost model of the dataplane loop (see the module documentation),
 /// in picoseconds of the loop's one core.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -60,13 +65,8 @@ pub struct LoopCost {
 
 impl LoopCost {
     /// A free loop: virtual time as before the cost model.
-    pub const ZERO: LoopCost = LoopCost {
-        round_ps: 0,
-        wqe_ps: 0,
-        cqe_ps: 0,
-        native: PolicyCost { call_ps: 0, tick_ps: 0, tick_tenant_ps: 0 },
-        wasm: PolicyCost { call_ps: 0, tick_ps: 0, tick_tenant_ps: 0 },
-    };
+    pub const ZERO: LoopCost =
+        LoopCost { round_ps: 0, wqe_ps: 0, cqe_ps: 0, native: PolicyCost::ZERO, wasm: PolicyCost::ZERO };
 
     /// The loop as `perf-runner calibrate-loop` measured it over the null
     /// RNIC on the reference machine: an Intel Xeon (`model name: Intel(R)

@@ -60,7 +60,7 @@ pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta, WindowCharge};
 use ready::{IndexSet, Ready};
 use recovery::SharedCq;
-use split::{emit_chunk, WqeSpec};
+use split::{emit_chunk, WqeSink, WqeSpec};
 pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 

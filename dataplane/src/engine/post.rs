@@ -199,7 +199,8 @@ impl<R: Rnic> Dataplane<R> {
             let q = &mut self.qps[qi];
             let Some(cur) = q.cursor.as_mut() else { break };
             let before = specs.len();
-            match emit_chunk(cur, room, zw_cq, signal_every, &mut q.since_signal, &mut specs) {
+            let mut sink = WqeSink { zw_cq, signal_every, since_signal: &mut q.since_signal, out: &mut specs };
+            match emit_chunk(cur, room, &mut sink) {
                 None => {
                     if cq_bound {
                         self.cq_waiters.push(qi);

@@ -41,19 +41,64 @@ fn offset_remote(r: RemoteAddr, by: u64) -> RemoteAddr {
     RemoteAddr { addr: r.addr + by, rkey: r.rkey }
 }
 
-/// Emits the next chunk of `cur` (and its zero-weight WRs) into `out` if
+/// Where a QP's next WQEs go: the specs to post, with the QP's signaling
+/// state (a WQE is signaled at least every `signal_every` so that the send
+/// queue's slots come back) and the CQ its zero-weight WRs wait on.
+pub(crate) struct WqeSink<'a> {
+    pub zw_cq: CqHandle,
+    pub signal_every: u32,
+    /// WQEs posted since the last signaled one.
+    pub since_signal: &'a mut u32,
+    pub out: &'a mut Vec<WqeSpec>,
+}
+
+impl WqeSink<'_> {
+    /// Whether a data WQE followed by `zw` zero-weight WRs must be signaled.
+    fn signal_due(&self, zw: u32) -> bool {
+        *self.since_signal + 1 + zw >= self.signal_every
+    }
+
+    /// Appends `spec`, counting it towards the next signal.
+    fn push(&mut self, spec: WqeSpec) {
+        *self.since_signal = if spec.signaled { 0 } else { *self.since_signal + 1 };
+        self.out.push(spec);
+    }
+
+    /// Appends `zw` zero-weight WRs.
+    fn push_zero_weight(&mut self, zw: u32) {
+        for _ in 0..zw {
+            self.push(WqeSpec {
+                opcode: zero_weight(self.zw_cq),
+                sge: None,
+                inline: false,
+                signaled: false,
+                meta: Meta::Hidden,
+                charge: WindowCharge::default(),
+            });
+        }
+    }
+
+    /// Appends the inline WRITE of a message's record
+    /// (`crate::rendezvous::Record`), which does not count towards the
+    /// next signal.
+    fn push_record(&mut self, r: RecordWrite, charge: WindowCharge) {
+        self.out.push(WqeSpec {
+            opcode: WrOpcode::Write { remote: r.remote },
+            sge: Some(r.stage),
+            inline: true,
+            signaled: false,
+            meta: Meta::Hidden,
+            charge,
+        });
+    }
+}
+
+/// Emits the next chunk of `cur` (and its zero-weight WRs) into `sink` if
 /// `room` slots allow. Returns `Some(done)` if a chunk was emitted, where
 /// `done` says the message is complete; `None` if there was no room.
-pub(crate) fn emit_chunk(
-    cur: &mut Cursor,
-    room: u32,
-    zw_cq: CqHandle,
-    signal_every: u32,
-    since_signal: &mut u32,
-    out: &mut Vec<WqeSpec>,
-) -> Option<bool> {
+pub(crate) fn emit_chunk(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Option<bool> {
     if cur.rendezvous.is_some() {
-        return emit_rendezvous(cur, room, zw_cq, signal_every, since_signal, out);
+        return emit_rendezvous(cur, room, sink);
     }
     let len = cur.wr.len as u64;
     let chunk = if cur.plan.chunk_bytes > 0 && splittable(&cur.wr.op) { cur.plan.chunk_bytes as u64 } else { len };
@@ -74,7 +119,7 @@ pub(crate) fn emit_chunk(
         RequestOp::Recv => return Some(true),
     };
     let sge = (this > 0).then(|| cur.wr.mr.sge((cur.wr.offset + at) as usize, this as u32));
-    let signaled = last || *since_signal + 1 + zw >= signal_every;
+    let signaled = last || sink.signal_due(zw);
     let meta = if last {
         Meta::App { wr_id: cur.wr.wr_id, len: cur.wr.len, posted_ns: cur.wr.posted_ns }
     } else {
@@ -84,12 +129,11 @@ pub(crate) fn emit_chunk(
     let mut charge = WindowCharge::data(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
     if let Some(r) = record {
         // The step's charge rides on its first WQE.
-        out.push(record_wqe(r, WindowCharge::data(this as u32 + r.stage.length, false)));
+        sink.push_record(r, WindowCharge::data(this as u32 + r.stage.length, false));
         charge = WindowCharge::default();
     }
-    out.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
-    *since_signal = if signaled { 0 } else { *since_signal + 1 };
-    push_zero_weight(zw, zw_cq, since_signal, out);
+    sink.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
+    sink.push_zero_weight(zw);
     cur.offset += this;
     Some(last)
 }
@@ -99,14 +143,7 @@ pub(crate) fn emit_chunk(
 /// WRITE into the RECV's buffer; then the record (inline WRITE) and the
 /// first chunk as the SEND, which carries the application's completion.
 /// The step's window charge rides on its first WQE.
-fn emit_rendezvous(
-    cur: &mut Cursor,
-    room: u32,
-    zw_cq: CqHandle,
-    signal_every: u32,
-    since_signal: &mut u32,
-    out: &mut Vec<WqeSpec>,
-) -> Option<bool> {
+fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Option<bool> {
     let (buffer, record) = (cur.rendezvous?, cur.record?);
     let len = cur.wr.len as u64;
     let chunk = (cur.plan.chunk_bytes as u64).clamp(1, len);
@@ -119,8 +156,8 @@ fn emit_rendezvous(
             return None;
         }
         let this = chunk.min(len - cur.offset);
-        let signaled = *since_signal + 1 + zw >= signal_every;
-        out.push(WqeSpec {
+        let signaled = sink.signal_due(zw);
+        sink.push(WqeSpec {
             opcode: WrOpcode::Write { remote: offset_remote(buffer, cur.offset) },
             sge: Some(cur.wr.mr.sge((cur.wr.offset + cur.offset) as usize, this as u32)),
             inline: false,
@@ -128,16 +165,15 @@ fn emit_rendezvous(
             meta: Meta::Hidden,
             charge: WindowCharge::data(this as u32, false),
         });
-        *since_signal = if signaled { 0 } else { *since_signal + 1 };
-        push_zero_weight(zw, zw_cq, since_signal, out);
+        sink.push_zero_weight(zw);
         cur.offset += this;
         return Some(false);
     }
     if room < 2 + zw {
         return None;
     }
-    out.push(record_wqe(record, WindowCharge::data(chunk as u32 + record.stage.length, false)));
-    out.push(WqeSpec {
+    sink.push_record(record, WindowCharge::data(chunk as u32 + record.stage.length, false));
+    sink.push(WqeSpec {
         opcode: WrOpcode::Send,
         sge: Some(cur.wr.mr.sge(cur.wr.offset as usize, chunk as u32)),
         inline: false,
@@ -145,36 +181,8 @@ fn emit_rendezvous(
         meta: Meta::App { wr_id: cur.wr.wr_id, len: cur.wr.len, posted_ns: cur.wr.posted_ns },
         charge: WindowCharge::default(),
     });
-    *since_signal = 0;
-    push_zero_weight(zw, zw_cq, since_signal, out);
+    sink.push_zero_weight(zw);
     cur.rendezvous = None;
     cur.offset = len;
     Some(true)
-}
-
-/// The inline WRITE of a message's record (`crate::rendezvous::Record`).
-fn record_wqe(r: RecordWrite, charge: WindowCharge) -> WqeSpec {
-    WqeSpec {
-        opcode: WrOpcode::Write { remote: r.remote },
-        sge: Some(r.stage),
-        inline: true,
-        signaled: false,
-        meta: Meta::Hidden,
-        charge,
-    }
-}
-
-/// `zw` zero-weight WRs.
-fn push_zero_weight(zw: u32, zw_cq: CqHandle, since_signal: &mut u32, out: &mut Vec<WqeSpec>) {
-    for _ in 0..zw {
-        out.push(WqeSpec {
-            opcode: zero_weight(zw_cq),
-            sge: None,
-            inline: false,
-            signaled: false,
-            meta: Meta::Hidden,
-            charge: WindowCharge::default(),
-        });
-        *since_signal += 1;
-    }
 }

@@ -344,6 +344,28 @@ impl PolicyHost {
         self.reset_pacing = true;
     }
 
+    /// `record` if `validate` accepts it, else `fallback`, counted as a
+    /// rejection (a native policy's decision, or one answered from the plan).
+    fn valid_or<T>(&mut self, record: T, validate: impl Fn(&T) -> Result<(), Rejection>, fallback: T) -> T {
+        if validate(&record).is_ok() {
+            record
+        } else {
+            self.counters.rejections += 1;
+            fallback
+        }
+    }
+
+    /// A wasm module's decisions failed with `fault` in `hook`: a nonsense
+    /// decision counts as a rejection, every record of `out` becomes
+    /// `fallback`, and the module is dropped for passthrough.
+    fn drop_decisions<T: Copy>(&mut self, hook: &'static str, fault: Fault, out: &mut [T], fallback: T) {
+        if fault.kind == FaultKind::InvalidDecision {
+            self.counters.rejections += 1;
+        }
+        out.fill(fallback);
+        self.fall_back(hook, fault);
+    }
+
     /// How often to tick, in ns (at least 10 us). A wasm policy's interval
     /// is read at load and after each tick.
     pub fn tick_interval_ns(&self) -> u64 {
@@ -399,13 +421,7 @@ impl PolicyHost {
         if let Some(s) = self.request_calls.answer(req, plan) {
             // The policy declared this answer its own (ABI 1.5): no call.
             self.counters.plan_answers += 1;
-            return match s.validate() {
-                Ok(()) => s,
-                Err(_) => {
-                    self.counters.rejections += 1;
-                    SplitPlan::WHOLE
-                }
-            };
+            return self.valid_or(s, SplitPlan::validate, SplitPlan::WHOLE);
         }
         let s = match &mut self.policy {
             Hosted::Native(p) => p.on_request(req, plan),
@@ -427,13 +443,7 @@ impl PolicyHost {
         if req.op == RequestOp::Send && self.wasm_abi_version().is_some_and(|v| v < (1, 4)) {
             return SplitPlan::WHOLE;
         }
-        match s.validate() {
-            Ok(()) => s,
-            Err(_) => {
-                self.counters.rejections += 1;
-                SplitPlan::WHOLE
-            }
-        }
+        self.valid_or(s, SplitPlan::validate, SplitPlan::WHOLE)
     }
 
     /// Runs the tick hook; invalid plans are replaced by passthrough.
@@ -454,11 +464,7 @@ impl PolicyHost {
                 let res =
                     w.on_tick(now_ns, stats, plans).and_then(|()| first_invalid("plan", plans, TenantPlan::validate));
                 if let Err(f) = res {
-                    if f.kind == FaultKind::InvalidDecision {
-                        self.counters.rejections += 1;
-                    }
-                    plans.fill(TenantPlan::PASSTHROUGH);
-                    self.fall_back("on_tick", f);
+                    self.drop_decisions("on_tick", f, plans, TenantPlan::PASSTHROUGH);
                     self.reset_plans = false;
                     return;
                 }
@@ -467,10 +473,7 @@ impl PolicyHost {
             }
         }
         for p in plans.iter_mut() {
-            if p.validate().is_err() {
-                self.counters.rejections += 1;
-                *p = TenantPlan::PASSTHROUGH;
-            }
+            *p = self.valid_or(*p, TenantPlan::validate, TenantPlan::PASSTHROUGH);
         }
     }
 
@@ -489,21 +492,14 @@ impl PolicyHost {
             Hosted::Wasm(w) => {
                 let res = w.read_pacing(pacing).and_then(|()| first_invalid("pacing", pacing, Pacing::validate));
                 if let Err(f) = res {
-                    if f.kind == FaultKind::InvalidDecision {
-                        self.counters.rejections += 1;
-                    }
-                    pacing.fill(Pacing::UNLIMITED);
-                    self.fall_back("on_pacing", f);
+                    self.drop_decisions("on_pacing", f, pacing, Pacing::UNLIMITED);
                     self.reset_pacing = false;
                 }
                 return;
             }
         }
         for p in pacing.iter_mut() {
-            if p.validate().is_err() {
-                self.counters.rejections += 1;
-                *p = Pacing::UNLIMITED;
-            }
+            *p = self.valid_or(*p, Pacing::validate, Pacing::UNLIMITED);
         }
     }
 }
