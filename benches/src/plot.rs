@@ -23,7 +23,7 @@ fn builder<'a, 'b>(
 }
 
 /// Draws the legend of `chart`'s labelled series at `pos`.
-fn legend<'a, CT: plotters::coord::CoordTranslate>(
+pub fn legend<'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
     pos: SeriesLabelPosition,
 ) -> anyhow::Result<()> {
@@ -42,6 +42,29 @@ fn span(v: impl Iterator<Item = f64>) -> (f64, f64) {
     }
 }
 
+/// Draws each series as a line in its palette colour, labelled for the
+/// legend, with a dot of radius `dots` on each point if given.
+pub fn lines<'a, CT>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    series: &[Series],
+    dots: Option<u32>,
+) -> anyhow::Result<()>
+where
+    CT: plotters::coord::CoordTranslate<From = (f64, f64)>,
+{
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+        if let Some(r) = dots {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, color.filled())))?;
+        }
+    }
+    Ok(())
+}
+
 /// One line (with points) per series, both axes logarithmic.
 pub fn loglog(path: &Path, title: &str, (x_desc, y_desc): (&str, &str), series: &[Series]) -> anyhow::Result<()> {
     let (xl, xh) = span(series.iter().flat_map(|s| s.1.iter().map(|p| p.0)));
@@ -50,14 +73,7 @@ pub fn loglog(path: &Path, title: &str, (x_desc, y_desc): (&str, &str), series: 
     root.fill(&WHITE)?;
     let mut chart = builder(&root, title).build_cartesian_2d((xl..xh).log_scale(), (yl..yh).log_scale())?;
     chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw()?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-    }
+    lines(&mut chart, series, Some(3))?;
     legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())

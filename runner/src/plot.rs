@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
+use perf_benches::plot::Series;
 use perf_dataplane::engine::SwapOutcome;
 
 use crate::report::{Report, TenantReport};
@@ -16,9 +17,6 @@ use crate::report::{Report, TenantReport};
 /// Most series drawn in one chart; the rest of the groups are summed.
 const MAX_SERIES: usize = 8;
 const SIZE: (u32, u32) = (960, 560);
-
-/// A named line: `(x, y)` points.
-type Series = (String, Vec<(f64, f64)>);
 
 /// A file-name-safe form of `s`.
 pub fn slug(s: &str) -> String {
@@ -233,19 +231,8 @@ where
             let y_text = y_top * (0.96 - 0.05 * (k % 4) as f64);
             chart.draw_series(std::iter::once(Text::new(label.clone(), (*at, y_text), ("sans-serif", 13))))?;
         }
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(legend)
-            .draw()?;
+        perf_benches::plot::lines(&mut chart, series, None)?;
+        perf_benches::plot::legend(&mut chart, legend)?;
         root.present()?;
     }
     Ok(svg)
