@@ -14,11 +14,8 @@ impl<R: Rnic> Dataplane<R> {
         let mut waiting = std::mem::take(&mut self.scratch.waiting);
         let mut r = Ok(());
         let mut next = 0;
-        while let Some(t) = self.ready.manage.next_from(next) {
+        while let Some(t) = self.ready.manage.next_below(next, self.tenants.len()) {
             next = t + 1;
-            if t >= self.tenants.len() {
-                break;
-            }
             self.ready.manage.remove(t);
             self.settle_rr(t);
             r = self.manage_tenant(t, now, &mut qps, &mut waiting);

@@ -80,12 +80,12 @@ impl<R: Rnic> Dataplane<R> {
         cands.clear();
         let start = self.admit_next.min(n);
         let mut i = start;
-        while let Some(t) = self.ready.admit.next_from(i).filter(|&t| t < n) {
+        while let Some(t) = self.ready.admit.next_below(i, n) {
             cands.push(t);
             i = t + 1;
         }
         let mut i = 0;
-        while let Some(t) = self.ready.admit.next_from(i).filter(|&t| t < start) {
+        while let Some(t) = self.ready.admit.next_below(i, start) {
             cands.push(t);
             i = t + 1;
         }

@@ -74,11 +74,8 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn drain_requests(&mut self, now: u64) -> bool {
         let mut did = false;
         let mut next = 0;
-        while let Some(t) = self.ready.intake.next_from(next) {
+        while let Some(t) = self.ready.intake.next_below(next, self.tenants.len()) {
             next = t + 1;
-            if t >= self.tenants.len() {
-                break;
-            }
             // Requests held in software count against the tenant's queue
             // too, and so do completions it has not taken: a tenant that
             // floods, or posts without polling, stays back-pressured at its

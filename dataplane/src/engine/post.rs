@@ -30,11 +30,8 @@ impl<R: Rnic> Dataplane<R> {
     fn post_pass(&mut self, now: u64, first: bool) -> Result<bool, RnicError> {
         let mut did = false;
         let mut next = 0;
-        while let Some(qi) = self.ready.post.next_from(next) {
+        while let Some(qi) = self.ready.post.next_below(next, self.qps.len()) {
             next = qi + 1;
-            if qi >= self.qps.len() {
-                break;
-            }
             let start = self.post_start(self.qps[qi].tenant as usize);
             if (qi >= start) != first {
                 continue;

@@ -64,6 +64,11 @@ impl IndexSet {
         }
     }
 
+    /// The smallest member at least `i` and below `n`.
+    pub fn next_below(&self, i: usize, n: usize) -> Option<usize> {
+        self.next_from(i).filter(|&m| m < n)
+    }
+
     /// Adds every index below `n`.
     pub fn fill(&mut self, n: usize) {
         for i in 0..n / 64 {

@@ -1005,6 +1005,19 @@ impl WasmPolicy {
         Ok(())
     }
 
+    /// Encodes `records` one after the other, `size` bytes each, at `at` in
+    /// the module's memory.
+    fn write_records<T>(
+        &mut self,
+        at: usize,
+        records: &[T],
+        size: usize,
+        encode: impl Fn(&T, &mut [u8]),
+    ) -> Result<(), Fault> {
+        let len = records.len() * size;
+        self.write(at, |b| records.iter().zip(b.chunks_exact_mut(size)).for_each(|(r, rec)| encode(r, rec)), len)
+    }
+
     /// Writes every byte of the stats, plans and request buffers back in
     /// place, so that the pages are faulted in (by the caller's thread)
     /// before the first call. The contents do not change.
@@ -1065,24 +1078,8 @@ impl WasmPolicy {
             return self.on_tick_resident(now_ns, &stats[..n], &mut plans[..n]);
         }
         let (sp, pp) = (self.stats_ptr, self.plans_ptr);
-        self.write(
-            sp,
-            |b| {
-                for (s, rec) in stats[..n].iter().zip(b.chunks_exact_mut(abi::STATS_SIZE)) {
-                    abi::encode_stats(s, rec);
-                }
-            },
-            n * abi::STATS_SIZE,
-        )?;
-        self.write(
-            pp,
-            |b| {
-                for (p, rec) in plans[..n].iter().zip(b.chunks_exact_mut(abi::PLAN_SIZE)) {
-                    abi::encode_plan(p, rec);
-                }
-            },
-            n * abi::PLAN_SIZE,
-        )?;
+        self.write_records(sp, &stats[..n], abi::STATS_SIZE, abi::encode_stats)?;
+        self.write_records(pp, &plans[..n], abi::PLAN_SIZE, abi::encode_plan)?;
         Self::arm_for(&mut self.store, self.limits, n);
         let rc = self.hooks.on_tick.call(&mut self.store, (now_ns as i64, n as i32)).map_err(Fault::from_wasm)?;
         if rc != 0 {

@@ -690,8 +690,13 @@ fn send_enable_ahead_of_posts_releases_later_wqes() {
 /// Host 0 gets a cross-channel QP `w` on the pair's CQ, and a plain QP `p`
 /// whose send CQ is the separate CQ `x` the WAITs watch.
 fn wait_setup() -> (Pair, Qp, Qp, CqHandle) {
+    wait_setup_with(CqAttr { depth: 64, ignore_overrun: false })
+}
+
+/// [`wait_setup`] with the watched CQ created with `attr`.
+fn wait_setup_with(attr: CqAttr) -> (Pair, Qp, Qp, CqHandle) {
     let mut p = pair(1 << 16);
-    let x = p.a.nic.create_cq(CqAttr { depth: 64, ignore_overrun: false }).expect("cq");
+    let x = p.a.nic.create_cq(attr).expect("cq");
     let w = p.a.qp(|a| a.cross_channel = true);
     let other = p.a.qp(|a| {
         a.send_cq = x;
@@ -761,17 +766,7 @@ fn wait_with_count_zero_passes_immediately() {
 
 #[test]
 fn wait_on_an_ignore_overrun_cq_counts_every_completion() {
-    let mut p = pair(1 << 16);
-    let x = p.a.nic.create_cq(CqAttr { depth: 1, ignore_overrun: true }).expect("cq");
-    let w = p.a.qp(|a| a.cross_channel = true);
-    let other = p.a.qp(|a| {
-        a.send_cq = x;
-        a.recv_cq = x;
-    });
-    for q in [w, other] {
-        let qb = p.b.qp(|_| {});
-        connect(&mut p.a, q, &mut p.b, qb);
-    }
+    let (mut p, w, other, x) = wait_setup_with(CqAttr { depth: 1, ignore_overrun: true });
     eight_writes(&mut p, other, 0);
     settle(&p.f);
     p.a.post(w, &[wr(1, WrOpcode::Wait { cq: x, count: 8 }, Payload::None)]);

@@ -170,28 +170,16 @@ impl MemStore {
             .get_mut(idx as usize)
             .and_then(Option::as_mut)
             .ok_or(RnicError::InvalidHandle { kind: "mr", id: idx })?;
-        let end = off.checked_add(data.len()).filter(|&e| e <= mr.len()).ok_or_else(|| {
-            RnicError::InvalidArgument(format!(
-                "write of {} B at offset {off} leaves the {} B region",
-                data.len(),
-                mr.len()
-            ))
-        })?;
-        mr.buf[off..end].copy_from_slice(data);
+        let range = cpu_range("write", off, data.len(), mr.len())?;
+        mr.buf[range].copy_from_slice(data);
         mr.stamp(off, data.len(), stamp);
         Ok(())
     }
 
     pub fn cpu_read(&self, idx: u32, off: usize, out: &mut [u8]) -> Result<(), RnicError> {
         let mr = self.get(idx)?;
-        let end = off.checked_add(out.len()).filter(|&e| e <= mr.len()).ok_or_else(|| {
-            RnicError::InvalidArgument(format!(
-                "read of {} B at offset {off} leaves the {} B region",
-                out.len(),
-                mr.len()
-            ))
-        })?;
-        out.copy_from_slice(&mr.buf[off..end]);
+        let range = cpu_range("read", off, out.len(), mr.len())?;
+        out.copy_from_slice(&mr.buf[range]);
         Ok(())
     }
 
@@ -275,6 +263,15 @@ impl CopyEngine {
             d.stamp(dst.off, dst.len, stamp);
             self.copied_bytes += data.len() as u64;
         }
+    }
+}
+
+/// The bytes `[off, off + len)` of a `mr_len`-byte region for a CPU
+/// `what` (read or write), or an error if they leave the region.
+fn cpu_range(what: &str, off: usize, len: usize, mr_len: usize) -> Result<std::ops::Range<usize>, RnicError> {
+    match off.checked_add(len) {
+        Some(end) if end <= mr_len => Ok(off..end),
+        _ => Err(RnicError::InvalidArgument(format!("{what} of {len} B at offset {off} leaves the {mr_len} B region"))),
     }
 }
 
