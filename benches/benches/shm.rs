@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use crossbeam_channel::bounded;
 use perf_benches::results::Recorder;
-use perf_dataplane::engine::{Completion, CompletionKind, RequestOp, WorkRequest};
+use perf_dataplane::engine::{Completion, CompletionKind, WorkRequest};
 use perf_dataplane::rnic::{Mr, MrHandle, RemoteAddr, WcStatus};
 use perf_shm::{ClientEnd, CompletionEntry, DaemonEnd, Layout, Opcode, RequestEntry};
 
@@ -169,15 +169,7 @@ fn channel(n: u64) -> f64 {
         }
     });
     let mr = Mr { handle: MrHandle(1), addr: 0, len: 1 << 20, lkey: 1, rkey: 1 };
-    let wr = |k: u64| WorkRequest {
-        wr_id: k,
-        qp: 0,
-        op: RequestOp::Write { remote: RemoteAddr { addr: 4096, rkey: 1 } },
-        mr,
-        offset: 0,
-        len: 64,
-        posted_ns: 0,
-    };
+    let wr = |k: u64| WorkRequest::write(k, 0, mr, 64, RemoteAddr { addr: 4096, rkey: 1 });
     let (mut posted, mut done, mut sum) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     while done < n {

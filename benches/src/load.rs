@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use perf_dataplane::engine::{Dataplane, DataplaneConfig, EngineError, RequestOp, TenantHandle, WorkRequest};
+use perf_dataplane::engine::{Dataplane, DataplaneConfig, EngineError, TenantHandle, WorkRequest};
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic, RnicError};
 
@@ -149,15 +149,7 @@ impl<R: Rnic> Load<R> {
             for qp in 0..t.outstanding.len() {
                 while t.outstanding[qp] < t.depth {
                     self.next_wr += 1;
-                    let wr = WorkRequest {
-                        wr_id: self.next_wr,
-                        qp: qp as u32,
-                        op: RequestOp::Write { remote: t.remote },
-                        mr: t.mr,
-                        offset: 0,
-                        len: t.size,
-                        posted_ns: 0,
-                    };
+                    let wr = WorkRequest::write(self.next_wr, qp as u32, t.mr, t.size, t.remote);
                     if t.handle.post(wr).is_err() {
                         break;
                     }

@@ -90,7 +90,7 @@ impl<R: Rnic + 'static> Dataplane<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{DataplaneConfig, RequestOp, WorkRequest};
+    use crate::engine::{DataplaneConfig, WorkRequest};
     use crate::policy::PolicyHost;
     use crate::rnic::sim::{ClockMode, RnicProfile, SimFabric};
     use crate::rnic::{connect, AccessFlags, WcStatus};
@@ -117,15 +117,7 @@ mod tests {
         let n = 8u64;
         let app = std::thread::spawn(move || {
             for wr_id in 0..n {
-                let wr = WorkRequest {
-                    wr_id,
-                    qp: 0,
-                    op: RequestOp::Write { remote },
-                    mr,
-                    offset: 0,
-                    len: 1 << 20,
-                    posted_ns: 0,
-                };
+                let wr = WorkRequest::write(wr_id, 0, mr, 1 << 20, remote);
                 while tenant.post(wr).is_err() {
                     std::thread::yield_now();
                 }

@@ -54,6 +54,14 @@ pub struct WorkRequest {
     pub posted_ns: u64,
 }
 
+impl WorkRequest {
+    /// An RDMA WRITE of the first `len` bytes of `mr` to `remote`, on the
+    /// tenant's QP `qp`, with no posting time.
+    pub fn write(wr_id: u64, qp: u32, mr: Mr, len: u32, remote: RemoteAddr) -> WorkRequest {
+        WorkRequest { wr_id, qp, op: RequestOp::Write { remote }, mr, offset: 0, len, posted_ns: 0 }
+    }
+}
+
 /// What kind of request completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompletionKind {

@@ -484,15 +484,7 @@ fn unconnected_qp_fails_each_request_once(pol: Pol) {
     let mr = rig.dp.reg_mr(h.id, 1 << 16).expect("reg_mr");
     let (index, _) = rig.dp.create_qp(h.id, 0).expect("create_qp");
     let remote = RemoteAddr { addr: 0x1000, rkey: 1 };
-    let wr = |wr_id, len| WorkRequest {
-        wr_id,
-        qp: index,
-        op: RequestOp::Write { remote },
-        mr,
-        offset: 0,
-        len,
-        posted_ns: 0,
-    };
+    let wr = |wr_id, len| WorkRequest::write(wr_id, index, mr, len, remote);
     for (k, len) in [100u32, 20_000, 9].into_iter().enumerate() {
         post(&h, wr(k as u64 + 1, len));
     }

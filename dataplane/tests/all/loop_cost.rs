@@ -29,15 +29,7 @@ impl App for Bulk {
         }
         while self.outstanding < self.depth {
             self.next += 1;
-            let wr = WorkRequest {
-                wr_id: self.next,
-                qp: 0,
-                op: RequestOp::Write { remote: self.remote },
-                mr: self.mr,
-                offset: 0,
-                len: self.len,
-                posted_ns: 0,
-            };
+            let wr = WorkRequest::write(self.next, 0, self.mr, self.len, self.remote);
             if self.h.post(wr).is_err() {
                 break;
             }
