@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::bin;
+use crate::common::{bin, read_json};
 use assert_cmd::Command;
 use serde_json::Value;
 
@@ -130,7 +130,7 @@ fn run_json_and_csv_agree_with_the_table() {
             .arg("--csv")
             .arg(&csv),
     );
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let report: Value = read_json(&json);
     let mut rdr = csv::Reader::from_path(&csv).expect("csv");
     let header = rdr.headers().expect("header").clone();
     let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.expect("record")).collect();
@@ -172,7 +172,7 @@ fn hdr_log_reads_back_with_the_tenants_counts() {
             .arg("--json")
             .arg(&json),
     );
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let report: Value = read_json(&json);
     let bytes = std::fs::read(&log).expect("log");
     let mut total: Option<hdrhistogram::Histogram<u64>> = None;
     let mut intervals = 0;
@@ -237,7 +237,7 @@ fn compare_json_has_the_documented_shape_and_plots_have_their_series() {
             .arg("--plot")
             .arg(&plots),
     );
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let doc: Value = read_json(&json);
     assert_eq!(doc["scenario"], "runner/scenarios/b_single-d_single.toml");
     let runs = doc["runs"].as_array().expect("runs");
     let configs: Vec<&str> = runs.iter().map(|r| r["config"].as_str().expect("config")).collect();
@@ -307,7 +307,7 @@ fn open_loop_tenant_gets_its_rate_and_phases_bound_a_tenant() {
     for marker in ["measurement starts", "P starts", "P stops", "O", "P"] {
         assert!(thr.iter().any(|t| t == marker), "throughput plot lacks {marker:?}: {thr:?}");
     }
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let r: Value = read_json(&json);
     let (o, p) = (&r["tenants"][0], &r["tenants"][1]);
     let mpps = o["mpps"].as_f64().expect("mpps");
     assert!((mpps - 2.0).abs() < 0.1, "open loop at 2e6/s delivered {mpps} Mmsg/s");
@@ -373,7 +373,7 @@ fn perftest_bandwidth_never_exceeds_the_wire_and_counts_what_it_was_asked() {
         if let Some(i) = args.iter().position(|a| *a == "-n") {
             assert_eq!(row[1], args[i + 1].parse::<f64>().expect("n"), "{args:?}: iterations\n{out}");
         }
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+        let doc: Value = read_json(&json);
         let r = &doc["results"];
         assert_eq!(r["MsgSize"].as_f64(), Some(row[0]), "{doc}");
         assert_eq!(r["n_iterations"].as_f64(), Some(row[1]), "{doc}");
@@ -530,7 +530,7 @@ fn calibrate_loop_writes_a_model_that_run_reads_and_reports() {
             c.arg("--loop-cost").arg(f);
         }
         let out = stdout(&mut c);
-        (serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses"), out)
+        (read_json(&json), out)
     };
     let (file, out) = report(Some(&model));
     assert_eq!(file["loop_cost"]["source"], model.display().to_string());

@@ -4,17 +4,13 @@
 //! refused with a clear message. Virtual time and seeded: the figures are
 //! the same on every machine.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use crate::common::bin;
+use crate::common::{bin, read_json as json};
 use serde_json::Value;
 
 fn scratch(name: &str) -> PathBuf {
     crate::common::scratch("isolation", name)
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("json written")).expect("valid json")
 }
 
 fn passed(m: &Value, config: &str) -> (u64, u64, u64) {

@@ -11,7 +11,7 @@ use std::process::{Child, Command as Std, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::common::bin;
+use crate::common::{bin, read_json};
 use serde_json::Value;
 
 /// One real-time run at a time: two dataplanes spinning on the same pinned
@@ -121,7 +121,7 @@ fn a_live_swap_over_the_control_socket_shows_in_stats_and_in_the_report() {
     let out = run.wait_with_output().expect("output");
     assert!(status.success(), "run failed: {}", String::from_utf8_lossy(&out.stderr));
     assert!(!sock.exists(), "the control socket outlived the run");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let r: Value = read_json(&json);
     let swaps = r["policy_log"]["swaps"].as_array().expect("swaps");
     assert_eq!(swaps.len(), 2, "{swaps:?}");
     assert_eq!((swaps[0]["from"].as_str(), swaps[0]["to"].as_str()), (Some("perf"), Some("wasm:perf")));
@@ -192,7 +192,7 @@ fn a_watched_policy_file_that_changes_is_swapped_to() {
     std::fs::write(&watched, b"v2, still not a module").expect("rewrite");
     let out = run.wait_with_output().expect("the run ends");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parses");
+    let r: Value = read_json(&json);
     let swaps = r["policy_log"]["swaps"].as_array().expect("swaps");
     assert!(
         swaps

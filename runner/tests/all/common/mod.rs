@@ -104,6 +104,12 @@ pub fn assert_b_multi_gets_shares(r: &Value, shares: f64, what: &str) {
     assert!(off <= 0.10, "{what}: B_multi got {m:.2} of {total:.2} Gb/s, {:.1}% off {want:.2}", off * 100.0);
 }
 
+/// The JSON document a run wrote to `path`.
+pub fn read_json(path: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
 /// The built `perf-runner`, run from the repository root.
 pub fn bin() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("perf-runner").expect("the perf-runner binary");
