@@ -167,14 +167,21 @@ fn record_wqe(r: RecordWrite, charge: WindowCharge) -> WqeSpec {
 /// `zw` zero-weight WRs.
 fn push_zero_weight(zw: u32, zw_cq: CqHandle, since_signal: &mut u32, out: &mut Vec<WqeSpec>) {
     for _ in 0..zw {
-        out.push(WqeSpec {
+        out.push(WqeSpec::zero_weight(zw_cq, false));
+        *since_signal += 1;
+    }
+}
+
+impl WqeSpec {
+    /// A zero-weight WR (a WAIT on the always-satisfied CQ `zw_cq`).
+    pub(crate) fn zero_weight(zw_cq: CqHandle, signaled: bool) -> WqeSpec {
+        WqeSpec {
             opcode: zero_weight(zw_cq),
             sge: None,
             inline: false,
-            signaled: false,
+            signaled,
             meta: Meta::Hidden,
             charge: WindowCharge::default(),
-        });
-        *since_signal += 1;
+        }
     }
 }
