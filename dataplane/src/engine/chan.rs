@@ -20,8 +20,11 @@ use std::sync::Arc;
 use crossbeam_channel::TrySendError;
 use parking_lot::Mutex;
 
-/// A drained queue keeps at most this many slots.
-const KEEP_SLOTS: usize = 64;
+/// A drained queue keeps at most this many slots: enough for a tenant
+/// that completes a few deep QPs' worth per round without giving the
+/// memory back and growing it again every round (at most about 20 KB for
+/// a request queue), far below the bounds' megabyte.
+const KEEP_SLOTS: usize = 256;
 
 /// Ids of the tenants whose request queue stopped being empty, in the
 /// order they did; the loop takes them all at the start of a round.

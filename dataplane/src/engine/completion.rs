@@ -14,6 +14,8 @@ impl<R: Rnic> Dataplane<R> {
         let now = self.nic.clock_ns();
         let q = &mut self.qps[qi];
         q.failed = true;
+        // The NIC flushes what it holds, signaled or not.
+        self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
         // Releases still queued (or never posted) may never run: their
         // hand-offs may need rescuing.
         let releases = q.posted.iter().filter(|(_, m, _)| matches!(m, Meta::Release)).count() as u32;

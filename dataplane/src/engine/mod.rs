@@ -169,6 +169,9 @@ pub struct DataplaneCounters {
     pub cqes_polled: u64,
     /// Hidden completions drained (never shown to tenants).
     pub hidden_completions: u64,
+    /// Signaled zero-weight WRs posted to cover a windowed QP's unsignaled
+    /// bytes when nothing else would (`admission.rs`).
+    pub cover_signals: u64,
     /// Application completions delivered.
     pub completions: u64,
     /// In-NIC hand-offs planned through control QPs.
@@ -296,6 +299,17 @@ struct TickAccum {
     tail: tail::TailHist,
 }
 
+impl TickAccum {
+    /// Clears the tick's figures for the next tick, keeping the message
+    /// size average (a tenant's size outlives a tick). The histogram is a
+    /// kilobyte: it clears only the buckets it counted.
+    fn restart(&mut self) {
+        let TickAccum { max_depth, ewma: _, max_msg, completed, bytes, lat_sum_ns, tail } = self;
+        (*max_depth, *max_msg, *completed, *bytes, *lat_sum_ns) = (0, 0, 0, 0, 0);
+        tail.clear();
+    }
+}
+
 const WR_QP_SHIFT: u32 = 40;
 const WR_SEQ_MASK: u64 = (1 << WR_QP_SHIFT) - 1;
 /// Send-queue slots kept free for control WQEs (WAIT, SEND_ENABLE).
@@ -371,6 +385,14 @@ pub struct Dataplane<R: Rnic> {
     /// What the port's link moves per ns, bytes (fair admission's budget
     /// grows by what it moves during one of the loop's rounds).
     link_bytes_per_ns: f64,
+    /// Window-charged bytes a QP may post before a chunk of its is
+    /// signaled, and the most all QPs together may hold uncovered by a
+    /// signal (`admission.rs`).
+    signal_bytes: u64,
+    uncovered_cap: u64,
+    /// Window-charged bytes posted after their QP's last signaled WQE, all
+    /// QPs together.
+    uncovered_bytes: u64,
     /// QPs parked until their SEND's RECV is advertised, and when to look
     /// again (`rendezvous.rs`).
     descriptor_waiters: Vec<usize>,
@@ -397,6 +419,12 @@ struct Scratch {
     arrived: Vec<u32>,
     /// Requests taken from a tenant's channel in one batch.
     batch: VecDeque<WorkRequest>,
+    /// The inline payloads of a post list, end to end.
+    inline: Vec<u8>,
+    /// Where each inline payload in `inline` ends.
+    inline_ends: Vec<usize>,
+    /// The statistics a tick hands to the policy.
+    stats: Vec<TenantStats>,
 }
 
 /// Reuses an empty vector's allocation for elements of another lifetime
@@ -415,6 +443,9 @@ impl<R: Rnic> Dataplane<R> {
         let link_bytes_per_ns = nic.port_info().link_gbps as f64 / 8.0;
         Ok(Dataplane {
             link_bytes_per_ns,
+            signal_bytes: 0,
+            uncovered_cap: 0,
+            uncovered_bytes: 0,
             descriptor_waiters: Vec::new(),
             descriptor_poll_ns: u64::MAX,
             nic,

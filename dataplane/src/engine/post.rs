@@ -8,6 +8,7 @@
 //! or bucket timer, room in the shared CQ) marks it again.
 
 use super::active_set::quantum_hit;
+use super::admission::WindowedStep;
 use super::*;
 
 impl<R: Rnic> Dataplane<R> {
@@ -196,6 +197,7 @@ impl<R: Rnic> Dataplane<R> {
             let q = &mut self.qps[qi];
             let Some(cur) = q.cursor.as_mut() else { break };
             let before = specs.len();
+            let since_before = q.since_signal;
             let mut sink = WqeSink { zw_cq, signal_every, since_signal: &mut q.since_signal, out: &mut specs };
             match emit_chunk(cur, room, &mut sink) {
                 None => {
@@ -206,33 +208,31 @@ impl<R: Rnic> Dataplane<R> {
                     break;
                 }
                 Some(done) => {
+                    let msg_len = cur.wr.len as u64;
                     chunks += 1;
                     room -= (specs.len() - before) as u32;
                     let bytes: u64 = specs[before..].iter().filter_map(|s| s.sge).map(|g| g.length as u64).sum();
                     self.tenants[t].bucket.take(bytes);
+                    let mut probe = false;
                     if let Some(c) = specs.get(before).map(|s| s.charge) {
                         if plan.windowed() && c.bytes > 0 {
                             let ahead = self.windowed_inflight[c.read as usize];
                             let seq = q.next_seq + before as u64;
                             self.pipeline.posted(c.read, qi, seq, now, c.bytes as u64, ahead);
+                            probe = ahead == 0;
                         }
                         self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
                     }
-                    // Under a window, every chunk is signaled: its CQE gives
-                    // its bytes back, so the window refills chunk by chunk.
                     if plan.windowed() {
-                        let after = (specs.len() - before - 1) as u32;
-                        if let Some(s) = specs.get_mut(before).filter(|s| !s.signaled) {
-                            s.signaled = true;
-                            q.since_signal = after;
-                        }
+                        let step = WindowedStep { probe, message_end: done, since_before };
+                        self.signal_windowed(qi, step, signal_every, &mut specs[before..]);
                     }
+                    let q = &mut self.qps[qi];
                     if done {
-                        let len = cur.wr.len as u64;
                         q.cursor = None;
                         q.outstanding += 1;
                         q.active_requests += 1;
-                        q.active_bytes += len;
+                        q.active_bytes += msg_len;
                     }
                     // Charged as built, so the credit stops the list.
                     let signaled = specs[before..].iter().filter(|s| s.signaled).count() as u64;
@@ -262,6 +262,7 @@ impl<R: Rnic> Dataplane<R> {
             if q.since_signal >= signal_every {
                 last.signaled = true;
                 q.since_signal = 0;
+                self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
             }
         }
         let base = q.next_seq;
@@ -269,24 +270,37 @@ impl<R: Rnic> Dataplane<R> {
         let mut sges = std::mem::take(&mut self.scratch.sges);
         sges.clear();
         sges.extend(specs.iter().map(|s| [s.sge.unwrap_or(Sge { addr: 0, length: 0, lkey: 0 })]));
-        // Inline payloads: the CPU copies the bytes out of the tenant's buffer.
-        let mut inline: Vec<Vec<u8>> = Vec::new();
+        // Inline payloads: the CPU copies the bytes out of the tenant's
+        // buffer, one after another into the reused inline arena.
+        let mut inline = std::mem::take(&mut self.scratch.inline);
+        inline.clear();
+        let mut inline_ends = std::mem::take(&mut self.scratch.inline_ends);
+        inline_ends.clear();
         for s in specs.iter().filter(|s| s.inline) {
             let Some(sge) = s.sge else { continue };
-            let mut bytes = vec![0u8; sge.length as usize];
+            let start = inline.len();
+            inline.resize(start + sge.length as usize, 0);
             let ring = q.rendezvous.map(|r| r.ring);
             if let Some(mr) = self.tenants[t].mrs.iter().chain(ring.iter()).find(|m| m.lkey == sge.lkey) {
-                self.nic.read_mr(mr.handle, (sge.addr - mr.addr) as usize, &mut bytes)?;
+                if let Err(e) = self.nic.read_mr(mr.handle, (sge.addr - mr.addr) as usize, &mut inline[start..]) {
+                    self.scratch.inline = inline;
+                    self.scratch.inline_ends = inline_ends;
+                    return Err(e);
+                }
             }
-            inline.push(bytes);
+            inline_ends.push(inline.len());
         }
-        let mut inline_iter = inline.iter();
+        let mut inline_iter = inline_ends.iter().scan(0, |start, &end| {
+            let bytes = &inline[*start..end];
+            *start = end;
+            Some(bytes)
+        });
         let mut wrs = recycle(std::mem::take(&mut self.scratch.wrs));
         wrs.extend(specs.iter().zip(&sges).enumerate().map(|(k, (s, sge))| SendWr {
             wr_id: ((qi as u64) << WR_QP_SHIFT) | ((base + k as u64) & WR_SEQ_MASK),
             opcode: s.opcode,
             payload: match (s.sge.is_some(), s.inline) {
-                (true, true) => inline_iter.next().map_or(Payload::Sges(sge), |b| Payload::Inline(b)),
+                (true, true) => inline_iter.next().map_or(Payload::Sges(sge), Payload::Inline),
                 (true, false) => Payload::Sges(sge),
                 _ => Payload::None,
             },
@@ -300,6 +314,8 @@ impl<R: Rnic> Dataplane<R> {
         wrs.clear();
         self.scratch.wrs = recycle(wrs);
         self.scratch.sges = sges;
+        self.scratch.inline = inline;
+        self.scratch.inline_ends = inline_ends;
         let q = &mut self.qps[qi];
         for (k, s) in specs.iter().take(posted).enumerate() {
             q.posted.push_back((base + k as u64, s.meta, s.charge));

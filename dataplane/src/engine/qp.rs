@@ -70,6 +70,8 @@ pub(crate) struct DpQp {
     pub posted: VecDeque<(u64, Meta, WindowCharge)>,
     pub next_seq: u64,
     pub since_signal: u32,
+    /// Window-charged bytes posted since its last signaled WQE.
+    pub unsignaled_bytes: u64,
     /// RECVs posted, in order.
     pub recvs: VecDeque<WorkRequest>,
     pub next_recv_seq: u64,
@@ -125,6 +127,7 @@ impl DpQp {
             posted: VecDeque::new(),
             next_seq: 0,
             since_signal: 0,
+            unsignaled_bytes: 0,
             recvs: VecDeque::new(),
             next_recv_seq: 0,
             peer_recvs: 0,

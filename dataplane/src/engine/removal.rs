@@ -89,6 +89,7 @@ impl<R: Rnic> Dataplane<R> {
             let q = &mut self.qps[qi];
             q.failed = true;
             q.active = false;
+            self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
             if let Err(e) = self.nic.destroy_qp(q.nic_qp) {
                 first_error.get_or_insert(e);
             }

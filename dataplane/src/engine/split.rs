@@ -67,14 +67,7 @@ impl WqeSink<'_> {
     /// Appends `zw` zero-weight WRs.
     fn push_zero_weight(&mut self, zw: u32) {
         for _ in 0..zw {
-            self.push(WqeSpec {
-                opcode: zero_weight(self.zw_cq),
-                sge: None,
-                inline: false,
-                signaled: false,
-                meta: Meta::Hidden,
-                charge: WindowCharge::default(),
-            });
+            self.push(WqeSpec::zero_weight(self.zw_cq, false));
         }
     }
 
@@ -185,4 +178,18 @@ fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Optio
     cur.rendezvous = None;
     cur.offset = len;
     Some(true)
+}
+
+impl WqeSpec {
+    /// A zero-weight WR (a WAIT on the always-satisfied CQ `zw_cq`).
+    pub(crate) fn zero_weight(zw_cq: CqHandle, signaled: bool) -> WqeSpec {
+        WqeSpec {
+            opcode: zero_weight(zw_cq),
+            sge: None,
+            inline: false,
+            signaled,
+            meta: Meta::Hidden,
+            charge: WindowCharge::default(),
+        }
+    }
 }

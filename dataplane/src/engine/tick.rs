@@ -48,28 +48,25 @@ impl<R: Rnic> Dataplane<R> {
         self.pipeline.tick();
         self.rescue_stalls();
         self.next_tick_ns = now + self.policy.tick_interval_ns();
-        let stats: Vec<TenantStats> = self
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, ts)| {
-                let backlogged = ts.qps.iter().filter(|&&qi| self.qps[qi].depth() > 0).count() as u32;
-                let depth_now = ts.qps.iter().map(|&qi| self.qps[qi].depth()).max().unwrap_or(0);
-                TenantStats {
-                    tenant: i as u32,
-                    qps: ts.qps.len() as u32,
-                    backlogged_qps: backlogged,
-                    max_depth: ts.tick.max_depth.max(depth_now),
-                    ewma_msg_bytes: ts.tick.ewma,
-                    max_msg_bytes: ts.tick.max_msg,
-                    completed: ts.tick.completed,
-                    bytes: ts.tick.bytes,
-                    mean_latency_ns: ts.tick.lat_sum_ns.checked_div(ts.tick.completed).unwrap_or(0),
-                    weight: ts.weight,
-                    p99_latency_ns: ts.tick.tail.p99_ns(),
-                }
-            })
-            .collect();
+        let mut stats = std::mem::take(&mut self.scratch.stats);
+        stats.clear();
+        stats.extend(self.tenants.iter().enumerate().map(|(i, ts)| {
+            let backlogged = ts.qps.iter().filter(|&&qi| self.qps[qi].depth() > 0).count() as u32;
+            let depth_now = ts.qps.iter().map(|&qi| self.qps[qi].depth()).max().unwrap_or(0);
+            TenantStats {
+                tenant: i as u32,
+                qps: ts.qps.len() as u32,
+                backlogged_qps: backlogged,
+                max_depth: ts.tick.max_depth.max(depth_now),
+                ewma_msg_bytes: ts.tick.ewma,
+                max_msg_bytes: ts.tick.max_msg,
+                completed: ts.tick.completed,
+                bytes: ts.tick.bytes,
+                mean_latency_ns: ts.tick.lat_sum_ns.checked_div(ts.tick.completed).unwrap_or(0),
+                weight: ts.weight,
+                p99_latency_ns: ts.tick.tail.p99_ns(),
+            }
+        }));
         // Rotation pointers advance under the plans they ran under.
         self.settle_all_rr();
         let (mut old_plans, mut old_pacing) = std::mem::take(&mut self.before);
@@ -79,6 +76,7 @@ impl<R: Rnic> Dataplane<R> {
         let mut plans = std::mem::take(&mut self.plans);
         self.policy.on_tick(now, &stats, &mut plans);
         self.plans = plans;
+        self.scratch.stats = stats;
         self.plans_changed();
         let mut pacing = std::mem::take(&mut self.pacing);
         self.policy.on_pacing(now, &mut pacing);
@@ -103,13 +101,7 @@ impl<R: Rnic> Dataplane<R> {
         }
         self.before = (old_plans, old_pacing);
         for ts in &mut self.tenants {
-            // An idle tenant's accumulator is already clear (its histogram
-            // is a kilobyte: not rewritten for nothing).
-            let a = &ts.tick;
-            if a.max_depth != 0 || a.max_msg != 0 || a.completed != 0 || a.bytes != 0 || !a.tail.is_empty() {
-                let ewma = a.ewma;
-                ts.tick = TickAccum { ewma, ..TickAccum::default() };
-            }
+            ts.tick.restart();
         }
     }
 }
