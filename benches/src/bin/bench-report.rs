@@ -376,6 +376,10 @@ fn render(
         writeln!(w, "\n`{}` refused: `{}`", k.trim_end_matches("/refused"), n.replace('|', "/"))?;
     }
     writeln!(w, "\nThe runner's start-up and set-up, in every run's wall time above (experiment 1 cut to 1 ms of virtual time): {} ms.", run.show("sim/runner_startup_ms", 1))?;
+    if let (Some(wall), Some(rss)) = (run.get("sim/exp6_full/wall_s"), run.get("sim/exp6_full/peak_rss_mb")) {
+        let meets = if wall <= 300.0 && rss <= 4096.0 { "meets" } else { "**does not meet**" };
+        writeln!(w, "\nExperiment 6 for {} ms of virtual time, both rows of `perf-runner compare runner/scenarios/paper/exp6.toml --policies passthrough,perf --no-alone` in one process (5 ms warm-up, the loop charged): {wall:.1} s wall, {rss:.0} MB peak RSS, against the aim of 5 minutes and 4 GB ({meets}).", run.show("sim/exp6_full/duration_ms", 0))?;
+    }
     if !slow.is_empty() {
         gaps.push(Gap { what: format!("simulator below 10x real time: {}", slow.join(", ")), why: {
                 let (speed, events) = (run.get("sim/case4/sim_s_per_wall_s"), run.get("sim/case4/m_events_per_wall_s"));
