@@ -159,6 +159,12 @@ impl<R: Rnic> Dataplane<R> {
             self.pipeline.completed(qi, seq, now, self.link_bytes_per_ns, released);
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
+        if q.posted.is_empty() {
+            // Nothing left in the NIC: no byte of the QP waits for a signal
+            // (whatever signaled it: a plan that stopped windowing it, the
+            // send queue's seal).
+            self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
+        }
         self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
         let failed = q.failed || newly_failed;
         self.counters.hidden_completions += hidden;
