@@ -400,7 +400,25 @@ struct Hub {
     /// Clients closed so far, and how many of them broke their ring.
     closed: u64,
     broken: u64,
+    /// Attaches of a name still held by a live client, retried until it
+    /// goes or the deadline passes (see [`Hub::retry_attaches`]).
+    waiting: Vec<WaitingAttach>,
 }
+
+/// A client asking for a tenant name another client still holds.
+struct WaitingAttach {
+    deadline: std::time::Instant,
+    conn: u64,
+    tenant: String,
+    weight: u32,
+    rings: DaemonEnd,
+    reply: mpsc::Sender<Result<(), String>>,
+}
+
+/// How long an attach waits for a client of the same name to go: a
+/// process that exits and is started again at once (a script, a restart)
+/// reconnects before the daemon has seen its old connection close.
+const ATTACH_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Hub {
     fn bridge(&mut self, conn: u64) -> Result<&mut Bridge, String> {
@@ -410,6 +428,11 @@ impl Hub {
     fn serve(&mut self, dp: &mut Dataplane<SimRnic>, cmd: Setup) {
         match cmd {
             Setup::Attach { conn, tenant, weight, rings, reply } => {
+                if self.holds(&tenant) {
+                    let deadline = std::time::Instant::now() + ATTACH_GRACE;
+                    self.waiting.push(WaitingAttach { deadline, conn, tenant, weight, rings, reply });
+                    return;
+                }
                 let r = self.attach(dp, conn, tenant, weight, rings);
                 let _ = reply.send(r);
             }
@@ -480,7 +503,7 @@ impl Hub {
         if self.draining.load(Ordering::Relaxed) {
             return Err("the daemon is shutting down".into());
         }
-        if self.bridges.iter().any(|b| b.name == tenant && b.phase == Phase::Live) {
+        if self.holds(&tenant) {
             return Err(format!("tenant {tenant:?} is already connected"));
         }
         let n = self.used_names.iter().filter(|n| **n == tenant).count();
@@ -505,6 +528,31 @@ impl Hub {
             phase: Phase::Live,
         });
         Ok(())
+    }
+
+    /// Whether a live client holds the tenant name `tenant`.
+    fn holds(&self, tenant: &str) -> bool {
+        self.bridges.iter().any(|b| b.name == tenant && b.phase == Phase::Live)
+    }
+
+    /// Attaches the waiting clients whose name is free now, and refuses
+    /// those whose grace has run out. Returns whether it answered any.
+    fn retry_attaches(&mut self, dp: &mut Dataplane<SimRnic>) -> bool {
+        if self.waiting.is_empty() {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let mut did = false;
+        for w in std::mem::take(&mut self.waiting) {
+            if self.holds(&w.tenant) && now < w.deadline {
+                self.waiting.push(w);
+                continue;
+            }
+            let r = self.attach(dp, w.conn, w.tenant, w.weight, w.rings);
+            let _ = w.reply.send(r);
+            did = true;
+        }
+        did
     }
 
     fn connect(
@@ -539,6 +587,7 @@ impl Hub {
             self.serve(dp, cmd);
             did = true;
         }
+        did |= self.retry_attaches(dp);
         let draining = self.draining.load(Ordering::Relaxed);
         if draining && !self.drain_applied {
             for b in &self.bridges {
@@ -733,6 +782,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         used_names: Vec::new(),
         closed: 0,
         broken: 0,
+        waiting: Vec::new(),
     };
     let core = a.core.or_else(|| core_affinity::get_core_ids().and_then(|ids| ids.iter().map(|c| c.id).max()));
     let stop_loop = Arc::new(AtomicBool::new(false));

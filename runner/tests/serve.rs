@@ -651,6 +651,20 @@ fn clear_errors() {
         }
         r => panic!("{r:?}"),
     }
+    // A tenant name a live client holds is refused, once the grace for a
+    // restarting client (2 s) has passed; a client that reconnects right
+    // after closing gets its name back.
+    let opts = ConnectOptions { tenant: Some("held".into()), ..ConnectOptions::default() };
+    let first = Client::connect(&daemon.sock, &opts).expect("the first client of the name");
+    let t0 = Instant::now();
+    let err = Client::connect(&daemon.sock, &opts).err().expect("a second client of a live name");
+    assert!(err.to_string().contains("already connected"), "{err}");
+    assert!(t0.elapsed() >= Duration::from_secs(2), "refused after the grace, not at once: {:?}", t0.elapsed());
+    drop(first);
+    for _ in 0..3 {
+        let again = Client::connect(&daemon.sock, &opts);
+        assert!(again.is_ok(), "reconnecting at once: {:?}", again.err());
+    }
     let (ok, _) = daemon.stop();
     assert!(ok);
     // A stale socket file (left by a daemon that died) is replaced.
