@@ -12,13 +12,16 @@
 //! and a tenant posts while its deficit lasts. Admissions, and so
 //! completions, are shared by weight in bytes (payload plus the
 //! per-packet overhead), whatever each tenant's round-trip time.
-//! A tenant with nothing in flight in a direction may always post one
-//! WQE there, and a tenant holding less than its reservation (8 KiB x its
-//! weight, at most its weighted share of the budget among the tenants
-//! waiting for admission) may post whatever the others hold: a ping-pong
-//! or a sparse sender never waits for room, even with a message already in
-//! flight. The budget is exceeded by at most the reservations, which are
-//! bounded by it. Beyond its reservation a tenant waits its turn, so the
+//! A sparse tenant (nothing in flight in a direction and no other message
+//! waiting) may always post its message there, and a tenant may post past
+//! the budget within its reservation (8 KiB x its weight, at most its
+//! weighted share of the budget among the tenants waiting for admission),
+//! the WQE included: a ping-pong or a sparse sender never waits for room,
+//! even with a message already in flight. The budget is exceeded by at
+//! most the reservations, which are bounded by it, and the sparse
+//! tenants' one message each; a backlogged tenant that has drained waits
+//! for room like the others (twenty of them each putting a chunk past the
+//! budget queued a ping-pong's request behind twenty chunks in the NIC). Beyond its reservation a tenant waits its turn, so the
 //! shares of backlogged tenants stay those of the deficit round robin
 //! (holding its weighted share of the in-flight bytes would not give a
 //! tenant its share of the throughput: the NIC serves one WQE per QP per
@@ -139,7 +142,16 @@ impl<R: Rnic> Dataplane<R> {
                     let held = self.tenants[t].inflight[dir];
                     let w = self.tenants[t].weight.max(1) as u64;
                     let reserved = (budget[dir] * w / weights).min(RESERVED_BYTES * w);
-                    let open = budget[dir] == 0 || total[dir] < budget[dir] || held == 0 || held < reserved;
+                    // Past the shared budget a tenant posts only within its
+                    // reservation, the WQE included, so the reservations
+                    // bound what goes past it (many tenants each putting one
+                    // chunk past the budget would queue a small message in
+                    // the NIC behind all of them).
+                    let next = self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes);
+                    let open = budget[dir] == 0
+                        || total[dir] < budget[dir]
+                        || (held == 0 && self.sparse(t))
+                        || held + next <= reserved;
                     if !open {
                         self.counters.window_holds += 1;
                         stopped_at.get_or_insert(t);
@@ -278,6 +290,23 @@ impl<R: Rnic> Dataplane<R> {
             self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
         }
         Ok(did)
+    }
+
+    /// Whether tenant `t` has at most one message waiting to be posted, the
+    /// one being admitted (a ping-pong's request, a sparse sender's
+    /// message): such a tenant, with nothing in flight, posts whatever the
+    /// others hold. A backlogged tenant that happens to have drained waits
+    /// for room like the others: many bulk tenants draining in turn would
+    /// otherwise each put a chunk past the budget, and a small message
+    /// would queue in the NIC behind all of them.
+    fn sparse(&self, t: usize) -> bool {
+        let waiting: usize = self.tenants[t]
+            .qps
+            .iter()
+            .map(|&qi| &self.qps[qi])
+            .map(|q| q.held.len() + usize::from(q.cursor.is_some()))
+            .sum();
+        waiting <= 1
     }
 
     /// Whether tenant `t` has a QP [`Dataplane::next_data_qp`] would admit

@@ -157,6 +157,19 @@ impl DpQp {
         matches!(op, Some(super::tenant::RequestOp::Read { .. }))
     }
 
+    /// The payload bytes of the QP's next data WQE, as near as can be told
+    /// before it is built: the rest of the message being posted up to its
+    /// chunk, or the next held message up to `chunk` (its tenant's plan's
+    /// chunk size, 0 for whole messages).
+    pub fn next_bytes(&self, chunk: u32) -> u64 {
+        let cap = |len: u64, chunk: u32| if chunk > 0 { len.min(chunk as u64) } else { len };
+        match (&self.cursor, self.held.front()) {
+            (Some(c), _) => cap(c.wr.len as u64 - c.offset, c.plan.chunk_bytes),
+            (None, Some(w)) => cap(w.len as u64, chunk),
+            (None, None) => 0,
+        }
+    }
+
     /// Requests held or being posted.
     pub fn has_work(&self) -> bool {
         self.cursor.is_some() || !self.held.is_empty()

@@ -107,3 +107,33 @@ fn bad_matrix_input_is_refused_clearly() {
     assert!(err(&["matrix", "--quick", "--policies", "nosuch"]).contains("nosuch"));
     assert!(err(&["matrix", "--profile", "cx9-800g"]).contains("unknown RNIC profile"));
 }
+
+/// Twenty bulk tenants, each draining and refilling in turn, beside a READ
+/// ping-pong (a held-out probe): past fair admission's shared budget a
+/// tenant posts only within its reservation, so what queues in the NIC
+/// ahead of the ping-pong stays near the budget whatever the tenant count
+/// (each draining tenant used to put a chunk past it: p99 x6.4 of alone).
+#[test]
+fn many_bulk_tenants_stay_within_the_budget_beside_a_ping_pong() {
+    let out = scratch("many").join("c.json");
+    let o = bin()
+        .args(["compare", "runner/scenarios/probes/lat-read-16_vs_20x-write-256k-2q.toml"])
+        .args(["--policies", "passthrough,fairshare", "--loop-cost", "zero", "--json"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc = json(&out);
+    let victim = |config: &str| {
+        let run = doc["runs"].as_array().expect("runs").iter().find(|r| r["config"] == config).expect("row").clone();
+        run["tenants"].as_array().expect("tenants").iter().find(|t| t["name"] == "V").expect("V").clone()
+    };
+    let p99 = |t: &Value| t["contract"]["p99_over_alone"].as_f64().expect("p99 over alone");
+    let (none, fair) = (victim("passthrough"), victim("fairshare"));
+    assert!(p99(&none) > 20.0, "no isolation: {none}");
+    assert!(p99(&fair) < 2.0, "fairshare: {fair}");
+    let run = doc["runs"].as_array().expect("runs").iter().find(|r| r["config"] == "fairshare").expect("row");
+    for t in run["tenants"].as_array().expect("tenants").iter().filter(|t| t["name"] != "V") {
+        assert!(t["contract"]["ratio"].as_f64().expect("ratio") >= 0.85, "{t}");
+    }
+}
