@@ -21,8 +21,9 @@
 //! most the reservations, which are bounded by it, and the sparse
 //! tenants' one message each; a backlogged tenant that has drained waits
 //! for room like the others (twenty of them each putting a chunk past the
-//! budget queued a ping-pong's request behind twenty chunks in the NIC). Beyond its reservation a tenant waits its turn, so the
-//! shares of backlogged tenants stay those of the deficit round robin
+//! budget queued a ping-pong's request behind twenty chunks in the NIC).
+//! Beyond its reservation a tenant waits its turn, so the shares of
+//! backlogged tenants stay those of the deficit round robin
 //! (holding its weighted share of the in-flight bytes would not give a
 //! tenant its share of the throughput: the NIC serves one WQE per QP per
 //! turn, so a tenant with few QPs would see its WQEs wait longer than one
@@ -54,7 +55,7 @@ use super::*;
 const QUANTUM_BYTES: i64 = 16 * 1024;
 
 /// The most of the loop's time the CQEs of a line-rate stream's chunks
-/// may take (see [`Dataplane::signal_bytes`]).
+/// may take (see [`Dataplane::signal_bounds`]).
 const SIGNAL_LOOP_SHARE: f64 = 0.05;
 
 /// What [`Dataplane::signal_windowed`] knows of a windowed step besides
@@ -210,8 +211,8 @@ impl<R: Rnic> Dataplane<R> {
     /// signaled one by one would spend on CQEs alone about 15% of a
     /// charged loop at line rate (8 KiB chunks at 100 Gb/s), loop time
     /// taken from every loop-bound tenant, for CQEs the tenant alone (its
-    /// message whole) would not cause. So a QP signals once per [`SIGNAL_LOOP_SHARE`]-worth of the
-    /// link's time in CQE cost. A CQE retires the unsignaled chunks before
+    /// message whole) would not cause. So a QP signals once per
+    /// [`SIGNAL_LOOP_SHARE`]-worth of the link's time in CQE cost. A CQE retires the unsignaled chunks before
     /// it and gives back their window charge; the bytes one CQE gives
     /// back raise the budget's floor with them (`pipeline.rs`), so the
     /// link stays busy. What no signal covers yet is held below a quarter
@@ -231,8 +232,7 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Decides whether the step just built for windowed QP `qi` (`specs`:
     /// its data WQE first, then its zero-weight WRs, or a rendezvous step)
-    /// is signaled, and keeps
-    /// the count of uncovered bytes. A step is signaled when its QP has
+    /// is signaled, and keeps the count of uncovered bytes. A step is signaled when its QP has
     /// [`Dataplane::signal_bounds`]' bytes unsignaled, when the uncovered
     /// bytes of all QPs would pass their bound, when it is timed for the
     /// pipeline delay, when the send queue needs a signal, and when it ends
