@@ -148,11 +148,10 @@ impl<R: Rnic> Dataplane<R> {
                     // bound what goes past it (many tenants each putting one
                     // chunk past the budget would queue a small message in
                     // the NIC behind all of them).
-                    let next = self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes);
                     let open = budget[dir] == 0
                         || total[dir] < budget[dir]
                         || (held == 0 && self.sparse(t))
-                        || held + next <= reserved;
+                        || held + self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes) <= reserved;
                     if !open {
                         self.counters.window_holds += 1;
                         stopped_at.get_or_insert(t);
@@ -212,10 +211,10 @@ impl<R: Rnic> Dataplane<R> {
     /// charged loop at line rate (8 KiB chunks at 100 Gb/s), loop time
     /// taken from every loop-bound tenant, for CQEs the tenant alone (its
     /// message whole) would not cause. So a QP signals once per
-    /// [`SIGNAL_LOOP_SHARE`]-worth of the link's time in CQE cost. A CQE retires the unsignaled chunks before
-    /// it and gives back their window charge; the bytes one CQE gives
-    /// back raise the budget's floor with them (`pipeline.rs`), so the
-    /// link stays busy. What no signal covers yet is held below a quarter
+    /// [`SIGNAL_LOOP_SHARE`]-worth of the link's time in CQE cost. A CQE
+    /// retires the unsignaled chunks before it and gives back their window
+    /// charge; the bytes one CQE gives back raise the budget's floor with
+    /// them (`pipeline.rs`), so the link stays busy. What no signal covers yet is held below a quarter
     /// of the smallest budget, so the window never stays shut waiting for
     /// it (and [`Dataplane::cover_unsignaled`] is the backstop).
     ///
@@ -232,12 +231,12 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Decides whether the step just built for windowed QP `qi` (`specs`:
     /// its data WQE first, then its zero-weight WRs, or a rendezvous step)
-    /// is signaled, and keeps the count of uncovered bytes. A step is signaled when its QP has
-    /// [`Dataplane::signal_bounds`]' bytes unsignaled, when the uncovered
-    /// bytes of all QPs would pass their bound, when it is timed for the
-    /// pipeline delay, when the send queue needs a signal, and when it ends
-    /// its message (so only the chunks of a split message go unsignaled,
-    /// and the message's end covers them).
+    /// is signaled, and keeps the count of uncovered bytes. A step is
+    /// signaled when its QP has [`Dataplane::signal_bounds`]' bytes
+    /// unsignaled, when the uncovered bytes of all QPs would pass their
+    /// bound, when it is timed for the pipeline delay, when the send queue
+    /// needs a signal, and when it ends its message (so only the chunks of
+    /// a split message go unsignaled, and the message's end covers them).
     pub(super) fn signal_windowed(&mut self, qi: usize, step: WindowedStep, signal_every: u32, specs: &mut [WqeSpec]) {
         let (signal_bytes, cap) = (self.signal_bytes, self.uncovered_cap);
         let q = &mut self.qps[qi];
