@@ -156,10 +156,13 @@ pub mod limits {
     pub const MIN_BURST: u64 = 1024;
     /// Largest token-bucket burst, bytes.
     pub const MAX_BURST: u64 = 1 << 40;
-    /// What a WQE costs against an in-flight window beyond its payload,
-    /// per packet of up to 4 KiB: about one packet's headers, preamble and
-    /// gap (86 B on RoCEv2) and one NIC scheduler turn at line rate.
-    pub const WQE_OVERHEAD_BYTES: u64 = 128;
+    /// What a packet of up to 4 KiB costs the wire beyond its payload:
+    /// its RoCEv2 headers (Ethernet, IP, UDP, BTH, ICRC, FCS: 66 B), and
+    /// the preamble and inter-frame gap (20 B). A data WQE is charged
+    /// against an in-flight window its payload plus this per packet, or
+    /// one turn of the NIC's send scheduler at the link's rate (about 112
+    /// B at 100 Gb/s), whichever is more.
+    pub const PACKET_OVERHEAD_BYTES: u64 = 86;
 }
 
 impl SplitPlan {
@@ -235,7 +238,7 @@ pub struct TenantPlan {
     /// In-flight window for WRITE and SEND data (ABI 1.3), KiB; 0 = none.
     /// A tenant with a window in either direction posts its data through
     /// the dataplane's fair admission: the payload bytes (plus
-    /// [`limits::WQE_OVERHEAD_BYTES`] per packet) of the data WQEs that all
+    /// [`limits::PACKET_OVERHEAD_BYTES`] per packet, at least a NIC scheduler turn) of the data WQEs that all
     /// such tenants have posted and not completed stay below the largest
     /// of their windows, a WQE being posted while the total is below it
     /// (so it may go over by one WQE), and the room completions free goes

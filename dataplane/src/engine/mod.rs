@@ -231,10 +231,11 @@ struct TenantState {
     /// Bytes charged against its in-flight windows (WRITE / SEND, READ):
     /// data WQEs posted and not yet retired.
     inflight: [u64; 2],
-    /// Fair admission: bytes it may still admit in this round (deficit
-    /// round robin), and the QP of its own to admit from next.
-    deficit: i64,
-    next_qp: usize,
+    /// Fair admission, per direction (WRITE / SEND, READ): bytes it may
+    /// still admit (deficit round robin), and the QP of its own to admit
+    /// from next.
+    deficit: [i64; 2],
+    next_qp: [usize; 2],
     /// The loop's time it may still spend in this round, ps, and the round
     /// it was topped up in (`loop_share.rs`).
     loop_credit: i64,
@@ -334,8 +335,9 @@ pub struct Dataplane<R: Rnic> {
     /// Some plan has an in-flight window: those tenants' data goes through
     /// fair admission (`admission.rs`).
     windowed: bool,
-    /// The tenant fair admission serves first in the next round.
-    admit_next: usize,
+    /// The tenant fair admission serves first in the next round, per
+    /// direction (WRITE / SEND, READ).
+    admit_next: [usize; 2],
     /// Fair admission's budget per direction: the largest window among
     /// the windowed plans (kept by [`Dataplane::plans_changed`]).
     window_budget: [u64; 2],
@@ -385,6 +387,9 @@ pub struct Dataplane<R: Rnic> {
     /// What the port's link moves per ns, bytes (fair admission's budget
     /// grows by what it moves during one of the loop's rounds).
     link_bytes_per_ns: f64,
+    /// One turn of the NIC's send scheduler in bytes of the link's time:
+    /// the least fair admission charges a data WQE (`WindowCharge::data`).
+    wqe_turn_bytes: u32,
     /// Window-charged bytes a QP may post before a chunk of its is
     /// signaled, and the most all QPs together may hold uncovered by a
     /// signal (`admission.rs`).
@@ -443,6 +448,7 @@ impl<R: Rnic> Dataplane<R> {
         let link_bytes_per_ns = nic.port_info().link_gbps as f64 / 8.0;
         Ok(Dataplane {
             link_bytes_per_ns,
+            wqe_turn_bytes: (qp::NIC_WQE_TURN_NS * link_bytes_per_ns).round() as u32,
             signal_bytes: 0,
             uncovered_cap: 0,
             uncovered_bytes: 0,
@@ -459,7 +465,7 @@ impl<R: Rnic> Dataplane<R> {
             policy,
             plans: Vec::new(),
             windowed: false,
-            admit_next: 0,
+            admit_next: [0; 2],
             window_budget: [0; 2],
             windowed_inflight: [0; 2],
             pipeline: pipeline::Pipeline::default(),
@@ -572,8 +578,8 @@ impl<R: Rnic> Dataplane<R> {
             paused: false,
             delivered: 0,
             inflight: [0; 2],
-            deficit: 0,
-            next_qp: 0,
+            deficit: [0; 2],
+            next_qp: [0; 2],
             loop_credit: 0,
             loop_round: u64::MAX,
             post_resume: 0,

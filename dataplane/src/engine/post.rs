@@ -63,6 +63,7 @@ impl<R: Rnic> Dataplane<R> {
         let depth = self.cfg.sq_depth;
         let signal_every = (depth / 4).max(1);
         let zw_cq = self.zw_cq;
+        let turn_bytes = self.wqe_turn_bytes;
         let t = self.qps[qi].tenant as usize;
         let pcq_ops = self.tenants[t].pcq.as_ref().map(|p| (p.release(), p.cq));
         let plan = self.plans[t];
@@ -198,7 +199,8 @@ impl<R: Rnic> Dataplane<R> {
             let Some(cur) = q.cursor.as_mut() else { break };
             let before = specs.len();
             let since_before = q.since_signal;
-            let mut sink = WqeSink { zw_cq, signal_every, since_signal: &mut q.since_signal, out: &mut specs };
+            let mut sink =
+                WqeSink { zw_cq, signal_every, since_signal: &mut q.since_signal, out: &mut specs, turn_bytes };
             match emit_chunk(cur, room, &mut sink) {
                 None => {
                     if cq_bound {

@@ -47,11 +47,34 @@ pub(crate) struct WindowCharge {
     pub bytes: u32,
 }
 
+/// The NIC-wide send scheduler's time per WQE, ns: ConnectX-6's message
+/// rate ceiling of about 112 M WQEs/s (9 QPs of 12.4 M messages/s each,
+/// PeRF's `PERF_NIC_QPS_CAPA` and `PERF_NIC_MSG_RATE`; the simulated NIC's
+/// `sched_wqe_ps`, `docs/rnic-model.md`).
+pub(crate) const NIC_WQE_TURN_NS: f64 = 8.96;
+
+/// The fewest QPs that saturate the NIC's send scheduler: a QP's WQEs are
+/// processed at most every 80.6 ns (12.4 M messages/s, PeRF's
+/// `PERF_NIC_MSG_RATE`), the scheduler takes [`NIC_WQE_TURN_NS`] per WQE,
+/// and 80.6 / 8.96 = 9 (PeRF's `PERF_NIC_QPS_CAPA`).
+pub(crate) const NIC_QPS_CAPA: usize = 9;
+
 impl WindowCharge {
-    /// The charge of a data WQE of `len` payload bytes.
-    pub fn data(len: u32, read: bool) -> Self {
+    /// The charge of a data WQE of `len` payload bytes, in bytes of the
+    /// link's time: its packets on the wire (the payload plus
+    /// [`PACKET_OVERHEAD_BYTES`] per packet of up to 4 KiB), or one turn of
+    /// the NIC's send scheduler (`turn_bytes`: [`NIC_WQE_TURN_NS`] at the
+    /// link's rate), whichever is more. A WQE is charged for the
+    /// bottleneck it uses most, as the isolation contract counts it
+    /// (dominant-resource fairness): charging a small message both its
+    /// headers and a scheduler turn gave a 32 B message-rate tenant 0.85
+    /// of its share beside a 1 MB stream.
+    ///
+    /// [`PACKET_OVERHEAD_BYTES`]: perf_policy_sdk::limits::PACKET_OVERHEAD_BYTES
+    pub fn data(len: u32, read: bool, turn_bytes: u32) -> Self {
         let pkts = (len as u64).div_ceil(4096).max(1);
-        let bytes = len as u64 + pkts * perf_policy_sdk::limits::WQE_OVERHEAD_BYTES;
+        let wire = len as u64 + pkts * perf_policy_sdk::limits::PACKET_OVERHEAD_BYTES;
+        let bytes = wire.max(turn_bytes as u64);
         WindowCharge { read, bytes: bytes.min(u32::MAX as u64) as u32 }
     }
 }

@@ -50,12 +50,20 @@ pub(crate) struct WqeSink<'a> {
     /// WQEs posted since the last signaled one.
     pub since_signal: &'a mut u32,
     pub out: &'a mut Vec<WqeSpec>,
+    /// One NIC scheduler turn in bytes of the link's time (the least a
+    /// data WQE is charged, [`WindowCharge::data`]).
+    pub turn_bytes: u32,
 }
 
 impl WqeSink<'_> {
     /// Whether a data WQE followed by `zw` zero-weight WRs must be signaled.
     fn signal_due(&self, zw: u32) -> bool {
         *self.since_signal + 1 + zw >= self.signal_every
+    }
+
+    /// The window charge of a data WQE of `len` payload bytes.
+    fn charge(&self, len: u32, read: bool) -> WindowCharge {
+        WindowCharge::data(len, read, self.turn_bytes)
     }
 
     /// Appends `spec`, counting it towards the next signal.
@@ -119,10 +127,10 @@ pub(crate) fn emit_chunk(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) ->
         Meta::Hidden
     };
     let inline = last && cur.offset == 0 && this <= INLINE_MAX as u64 && !matches!(cur.wr.op, RequestOp::Read { .. });
-    let mut charge = WindowCharge::data(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
+    let mut charge = sink.charge(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
     if let Some(r) = record {
         // The step's charge rides on its first WQE.
-        sink.push_record(r, WindowCharge::data(this as u32 + r.stage.length, false));
+        sink.push_record(r, sink.charge(this as u32 + r.stage.length, false));
         charge = WindowCharge::default();
     }
     sink.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
@@ -156,7 +164,7 @@ fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Optio
             inline: false,
             signaled,
             meta: Meta::Hidden,
-            charge: WindowCharge::data(this as u32, false),
+            charge: sink.charge(this as u32, false),
         });
         sink.push_zero_weight(zw);
         cur.offset += this;
@@ -165,7 +173,7 @@ fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Optio
     if room < 2 + zw {
         return None;
     }
-    sink.push_record(record, WindowCharge::data(chunk as u32 + record.stage.length, false));
+    sink.push_record(record, sink.charge(chunk as u32 + record.stage.length, false));
     sink.push(WqeSpec {
         opcode: WrOpcode::Send,
         sge: Some(cur.wr.mr.sge(cur.wr.offset as usize, chunk as u32)),

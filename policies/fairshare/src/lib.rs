@@ -163,7 +163,7 @@ impl FairShare {
     /// overhead the windows count), at least one message.
     fn demand(s: &TenantStats) -> u64 {
         let msg = (s.ewma_msg_bytes as u64).max(1);
-        let per = msg + msg.div_ceil(4096).max(1) * limits::WQE_OVERHEAD_BYTES;
+        let per = msg + msg.div_ceil(4096).max(1) * limits::PACKET_OVERHEAD_BYTES;
         per.saturating_mul(s.backlogged_qps.max(1) as u64).saturating_mul(s.max_depth.max(1) as u64)
     }
 }
