@@ -98,8 +98,8 @@ impl<R: Rnic> Dataplane<R> {
         }
         (self.signal_bytes, self.uncovered_cap) = self.signal_bounds(budget);
         let mut did = false;
-        for dir in 0..2 {
-            did |= self.admit_direction(dir, budget[dir], now)?;
+        for (dir, &b) in budget.iter().enumerate() {
+            did |= self.admit_direction(dir, b, now)?;
         }
         // A tenant a visit would leave unchanged leaves the set; arrivals,
         // activations, completions and plan changes put it back.
