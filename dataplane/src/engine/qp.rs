@@ -203,3 +203,23 @@ impl DpQp {
         self.held.len() as u32 + self.cursor.is_some() as u32 + self.outstanding
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_wqe_is_charged_its_wire_bytes_or_a_scheduler_turn_whichever_is_more() {
+        let turn = (NIC_WQE_TURN_NS * 12.5).round() as u32;
+        assert_eq!(turn, 112);
+        // A small message: the scheduler turn is its dominant cost.
+        assert_eq!(WindowCharge::data(8, false, turn).bytes, 112);
+        // 32 B: 118 B on the wire.
+        assert_eq!(WindowCharge::data(32, false, turn).bytes, 118);
+        // Two packets' headers for an 8 KiB chunk; a READ likewise.
+        assert_eq!(WindowCharge::data(8192, false, turn), WindowCharge { read: false, bytes: 8192 + 2 * 86 });
+        assert_eq!(WindowCharge::data(4096, true, turn), WindowCharge { read: true, bytes: 4096 + 86 });
+        // No known link rate: the wire alone.
+        assert_eq!(WindowCharge::data(8, false, 0).bytes, 94);
+    }
+}
