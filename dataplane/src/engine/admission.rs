@@ -359,8 +359,8 @@ impl<R: Rnic> Dataplane<R> {
         if self.qps[cur].cursor.is_some() && ready(&self.qps[cur]) {
             return Some(cur);
         }
-        let in_nic = m > super::qp::NIC_QPS_CAPA
-            && ts.qps.iter().filter(|&&qi| !self.qps[qi].posted.is_empty()).count() >= super::qp::NIC_QPS_CAPA;
+        let cap = super::qp::NIC_QPS_CAPA;
+        let in_nic = m > cap && ts.qps.iter().filter(|&&qi| !self.qps[qi].posted.is_empty()).nth(cap - 1).is_some();
         for k in 1..=m {
             let j = (ts.next_qp[dir] + k) % m;
             let qi = ts.qps[j];
