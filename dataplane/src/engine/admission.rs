@@ -359,8 +359,7 @@ impl<R: Rnic> Dataplane<R> {
         if self.qps[cur].cursor.is_some() && ready(&self.qps[cur]) {
             return Some(cur);
         }
-        let cap = super::qp::NIC_QPS_CAPA;
-        let in_nic = m > cap && ts.qps.iter().filter(|&&qi| !self.qps[qi].posted.is_empty()).nth(cap - 1).is_some();
+        let in_nic = ts.qps_in_nic >= super::qp::NIC_QPS_CAPA;
         for k in 1..=m {
             let j = (ts.next_qp[dir] + k) % m;
             let qi = ts.qps[j];

@@ -160,6 +160,7 @@ impl<R: Rnic> Dataplane<R> {
         }
         let newly_failed = !wc.status.is_ok() && !q.failed;
         if q.posted.is_empty() {
+            self.tenants[t].qps_in_nic -= 1;
             // Nothing left in the NIC: no byte of the QP waits for a signal
             // (whatever signaled it: a plan that stopped windowing it, the
             // send queue's seal).

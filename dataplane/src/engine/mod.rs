@@ -236,6 +236,10 @@ struct TenantState {
     /// from next.
     deficit: [i64; 2],
     next_qp: [usize; 2],
+    /// How many of its QPs hold WQEs posted to the NIC (a non-empty
+    /// [`DpQp::posted`]): kept where a QP's first WQE is posted and where
+    /// its last one retires, so admission's QP cap needs no walk.
+    qps_in_nic: usize,
     /// The loop's time it may still spend in this round, ps, and the round
     /// it was topped up in (`loop_share.rs`).
     loop_credit: i64,
@@ -580,6 +584,7 @@ impl<R: Rnic> Dataplane<R> {
             inflight: [0; 2],
             deficit: [0; 2],
             next_qp: [0; 2],
+            qps_in_nic: 0,
             loop_credit: 0,
             loop_round: u64::MAX,
             post_resume: 0,

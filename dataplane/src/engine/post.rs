@@ -319,6 +319,9 @@ impl<R: Rnic> Dataplane<R> {
         self.scratch.inline = inline;
         self.scratch.inline_ends = inline_ends;
         let q = &mut self.qps[qi];
+        if q.posted.is_empty() && posted > 0 {
+            self.tenants[t].qps_in_nic += 1;
+        }
         for (k, s) in specs.iter().take(posted).enumerate() {
             q.posted.push_back((base + k as u64, s.meta, s.charge));
             if s.sge.is_some() {

@@ -98,6 +98,9 @@ impl<R: Rnic> Dataplane<R> {
         let mut out = Vec::new();
         let mut released = [0u64; 2];
         let retired = q.posted.len() as u64;
+        if retired > 0 {
+            self.tenants[t].qps_in_nic -= 1;
+        }
         for (_, meta, charge) in q.posted.drain(..) {
             released[charge.read as usize] += charge.bytes as u64;
             match meta {
