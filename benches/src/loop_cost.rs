@@ -6,7 +6,11 @@
 //!   come from loads over the null RNIC ([`crate::load`], as the `dispatch`
 //!   and `scale` benches drive them): the wall time inside `round()` less
 //!   the time inside the policy's hooks (the loop's `policy_ns`), fitted by
-//!   least squares to the rounds, WQEs and CQEs each load ran.
+//!   least squares to the rounds, WQEs and CQEs each load ran. What the
+//!   timing itself adds is taken out: each timed interval (a round, a
+//!   policy hook) reads the clock inside it, so an empty interval measured
+//!   the same way ([`Calibration::timer_ns`], about 24 ns on a KVM guest's
+//!   TSC) is subtracted once per round and once per hook call.
 //! - The policy's figures, native and wasm (`perf` and `wasm:perf` through
 //!   the [`PolicyHost`] the loop calls): the median time of an
 //!   `on_request` (a call), and of an `on_tick` over 64 tenants against one
@@ -81,7 +85,10 @@ pub struct LoadSample {
     pub wqes: u64,
     /// CQEs polled.
     pub cqes: u64,
-    /// Wall time inside `round()` less the policy's hooks, ns.
+    /// Policy hook calls (each timed, so each adds a clock read).
+    pub calls: u64,
+    /// Wall time inside `round()` less the policy's hooks and the timing's
+    /// own cost (one empty interval per round and per hook call), ns.
     pub loop_ns: f64,
     /// What the fitted model gives for the same counts, ns.
     pub fitted_ns: f64,
@@ -105,6 +112,9 @@ pub struct PolicySample {
 pub struct Calibration {
     /// The fitted model.
     pub cost: LoopCost,
+    /// What an empty timed interval measures on this machine, ns (taken
+    /// out of every load's time once per round and per hook call).
+    pub timer_ns: f64,
     /// The loads of the loop's fit.
     pub loads: Vec<LoadSample>,
     /// The policies' hooks.
@@ -131,22 +141,26 @@ fn run_load(
     policy: &'static str,
     shape: LoadShape,
     budget: Duration,
+    timer_ns: f64,
 ) -> Result<LoadSample, CalibrateError> {
     let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
     let load_err = |source: perf_dataplane::engine::EngineError| CalibrateError::Load { name, source };
     let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;
     load.dp.set_timed(true);
     load.drive(Duration::ZERO, budget / 10).map_err(|e| load_err(e.into()))?;
-    let c0 = load.dp.counters();
+    let (c0, calls0) = (load.dp.counters(), load.dp.policy().counters.calls);
     let s = load.drive(Duration::ZERO, budget).map_err(|e| load_err(e.into()))?;
-    let c1 = load.dp.counters();
+    let (c1, calls1) = (load.dp.counters(), load.dp.policy().counters.calls);
     let policy_ns = (c1.policy_ns - c0.policy_ns) as f64;
+    let calls = calls1 - calls0;
+    let timing_ns = timer_ns * (s.rounds + calls) as f64;
     Ok(LoadSample {
         name,
         rounds: s.rounds,
         wqes: c1.wqes_posted - c0.wqes_posted,
         cqes: c1.cqes_polled - c0.cqes_polled,
-        loop_ns: (s.in_round.as_nanos() as f64 - policy_ns).max(0.0),
+        calls,
+        loop_ns: (s.in_round.as_nanos() as f64 - policy_ns - timing_ns).max(0.0),
         fitted_ns: 0.0,
     })
 }
@@ -206,6 +220,23 @@ fn solve(mut m: Vec<Vec<f64>>) -> Vec<f64> {
     (0..n).map(|i| if m[i][i].abs() < 1e-30 { 0.0 } else { m[i][n] / m[i][i] }).collect()
 }
 
+/// What an empty interval timed as the loads time a round measures, ns:
+/// the median of `runs` runs of 100,000 intervals.
+fn empty_interval_ns(runs: usize) -> f64 {
+    const N: u32 = 100_000;
+    let mut v: Vec<f64> = (0..runs.max(1))
+        .map(|_| {
+            let mut sum = Duration::ZERO;
+            for _ in 0..N {
+                let t = std::hint::black_box(Instant::now());
+                sum += t.elapsed();
+            }
+            sum.as_nanos() as f64 / N as f64
+        })
+        .collect();
+    crate::median(&mut v)
+}
+
 /// ns per call of `f`: the median of `runs` runs of `n` calls each.
 fn time_calls(runs: usize, n: u32, mut f: impl FnMut(u32)) -> f64 {
     let mut v: Vec<f64> = (0..runs)
@@ -263,9 +294,10 @@ fn policy_cost(s: &PolicySample) -> PolicyCost {
 /// Measures the model on this machine: each load for `budget`, each
 /// policy hook `runs` times (the median).
 pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, CalibrateError> {
+    let timer_ns = empty_interval_ns(runs);
     let mut loads = Vec::new();
     for (name, policy, shape) in shapes() {
-        loads.push(run_load(name, policy, shape, budget)?);
+        loads.push(run_load(name, policy, shape, budget, timer_ns)?);
     }
     let rows: Vec<([f64; 3], f64)> =
         loads.iter().map(|l| ([l.rounds as f64, l.wqes as f64, l.cqes as f64], l.loop_ns)).collect();
@@ -281,7 +313,7 @@ pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, Calibrate
         native: policy_cost(&policies[0]),
         wasm: policy_cost(&policies[1]),
     };
-    Ok(Calibration { cost, loads, policies })
+    Ok(Calibration { cost, timer_ns, loads, policies })
 }
 
 #[cfg(test)]

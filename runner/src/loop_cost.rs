@@ -149,15 +149,22 @@ pub fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.runs >= 1, "--runs: at least 1");
     let c = perf_benches::loop_cost::calibrate(Duration::from_millis(a.load_ms), a.runs)
         .context("measuring the loop over the null RNIC")?;
-    println!("loads over the null RNIC (wall time in round() less the policy's hooks):");
-    println!("{:<28} {:>10} {:>10} {:>10} {:>12} {:>12}", "load", "rounds", "WQEs", "CQEs", "loop ms", "fitted ms");
+    println!(
+        "loads over the null RNIC (wall time in round() less the policy's hooks and {:.1} ns of timing per round and per hook call):",
+        c.timer_ns
+    );
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "load", "rounds", "WQEs", "CQEs", "calls", "loop ms", "fitted ms"
+    );
     for l in &c.loads {
         println!(
-            "{:<28} {:>10} {:>10} {:>10} {:>12.3} {:>12.3}",
+            "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12.3} {:>12.3}",
             l.name,
             l.rounds,
             l.wqes,
             l.cqes,
+            l.calls,
             l.loop_ns / 1e6,
             l.fitted_ns / 1e6
         );

@@ -118,6 +118,9 @@ pub struct RoundWork {
 /// The loop's busy time on the virtual clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct LoopClock {
+    /// Whether the model charges anything (not [`LoopCost::ZERO`]): read
+    /// on every post and poll, so kept here rather than compared each time.
+    pub(super) charged: bool,
     /// The loop's next round waits until this time, ns (the end of its
     /// last charged work, rounded up to the clock's nanoseconds).
     pub(super) busy_until_ns: u64,
@@ -138,6 +141,7 @@ impl<R: Rnic> Dataplane<R> {
     /// Replaces the loop's cost model; work already charged stays charged.
     pub fn set_loop_cost(&mut self, cost: LoopCost) {
         self.cfg.loop_cost = cost;
+        self.clock.charged = !cost.is_zero();
     }
 
     /// While the loop is still busy with its last round's work: when it is
@@ -167,10 +171,10 @@ impl<R: Rnic> Dataplane<R> {
     /// last round's work, else a round whose work is charged to the loop's
     /// clock (see the module documentation).
     pub(super) fn charged_round(&mut self) -> Result<bool, crate::rnic::RnicError> {
-        let cost = self.cfg.loop_cost;
-        if cost.is_zero() {
+        if !self.clock.charged {
             return self.round();
         }
+        let cost = self.cfg.loop_cost;
         let now = self.nic.clock_ns();
         if now < self.clock.busy_until_ns {
             return Ok(false);
@@ -185,7 +189,11 @@ impl<R: Rnic> Dataplane<R> {
             cqes: c.cqes_polled - c0.cqes_polled,
             policy_calls: self.policy.counters.calls.saturating_sub(calls0),
             ticks,
-            tick_tenants: ticks * self.tenants.iter().filter(|t| !t.removed).count() as u64,
+            tick_tenants: if ticks == 0 {
+                0
+            } else {
+                ticks * self.tenants.iter().filter(|t| !t.removed).count() as u64
+            },
             wasm: self.policy.is_wasm(),
         };
         self.clock.last_round_ps = 0;

@@ -46,7 +46,7 @@ impl<R: Rnic> Dataplane<R> {
     /// Whether rounds are bounded and the loop's time shared (the loop's
     /// work is charged).
     pub(super) fn loop_shared(&self) -> bool {
-        !self.cfg.loop_cost.is_zero()
+        self.clock.charged
     }
 
     /// Whether tenant `t` may post more in this round: its credit, topped

@@ -446,6 +446,7 @@ fn recycle<'a>(v: Vec<SendWr<'_>>) -> Vec<SendWr<'a>> {
 impl<R: Rnic> Dataplane<R> {
     /// A dataplane over `nic` running `policy`.
     pub fn new(mut nic: R, policy: PolicyHost, cfg: DataplaneConfig) -> Result<Self, RnicError> {
+        let charged = !cfg.loop_cost.is_zero();
         let send_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
         let recv_cq = nic.create_cq(CqAttr { depth: cfg.cq_depth, ignore_overrun: false })?;
         let zw_cq = nic.create_cq(CqAttr { depth: 1, ignore_overrun: true })?;
@@ -491,7 +492,7 @@ impl<R: Rnic> Dataplane<R> {
             cq_waiters: Vec::new(),
             rated: IndexSet::default(),
             before: (Vec::new(), Vec::new()),
-            clock: loop_cost::LoopClock::default(),
+            clock: loop_cost::LoopClock { charged, ..Default::default() },
             precharged_ps: 0,
         })
     }

@@ -81,10 +81,10 @@ pub struct FairShareParams {
     /// Tick interval, ns.
     pub tick_ns: u64,
     /// Smallest budget the latency feedback may shrink to, as a fraction
-    /// of the budget (per mille); and never below two chunks per
-    /// backlogged tenant (a tenant with one chunk in flight waits a round
-    /// trip for its completion before its next, so a budget shared below
-    /// two chunks each leaves the wire idle whatever the latency asks).
+    /// of the budget (per mille). The wire's own floor is the dataplane's:
+    /// it never lets a budget fall below the bandwidth-delay product of
+    /// the NIC's pipeline, measured (`engine/pipeline.rs`), however many
+    /// tenants share it.
     pub floor_permille: u32,
     /// A sparse tenant is hurt when its mean latency in a tick exceeds its
     /// lowest seen by this factor (per mille).
@@ -210,21 +210,14 @@ impl Policy for FairShare {
     fn on_tick(&mut self, _now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
         let n = stats.len().min(plans.len()).min(MAX_TENANTS);
         let hurt = self.sparse_tenant_hurt(stats, n);
-        let sparse_demand = 2 * self.params.chunk_bytes as u64;
-        let backlogged =
-            stats.iter().take(n).filter(|s| s.backlogged_qps > 0 && Self::demand(s) > sparse_demand).count() as u64;
         let mut kib = [0u16; 2];
-        let dirs = [
-            (0usize, self.params.window_kib, self.params.chunk_bytes),
-            (1, self.params.read_window_kib, self.params.read_chunk_bytes),
-        ];
-        for (dir, budget_kib, chunk) in dirs {
+        for (dir, budget_kib) in [self.params.window_kib, self.params.read_window_kib].into_iter().enumerate() {
             // The budget: as large as configured while no sparse tenant
             // waits longer than it did at its best; shrunk by 1/8 per tick
             // while one does (down to the floor), grown back over
             // `grow_ticks` ticks.
             let max = budget_kib as u64 * 1024;
-            let floor = (max * self.params.floor_permille as u64 / 1000).max(backlogged * 2 * chunk as u64).min(max);
+            let floor = max * self.params.floor_permille as u64 / 1000;
             let b = &mut self.budget[dir];
             if *b == 0 {
                 *b = floor;
@@ -321,21 +314,24 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_keeps_two_chunks_per_backlogged_tenant() {
+    fn many_bulk_tenants_do_not_hold_the_budget_up_while_a_sparse_tenant_waits() {
+        // Twenty bulk tenants beside a ping-pong: the budget still shrinks
+        // to its floor (the wire's floor is the dataplane's pipeline
+        // product, whatever the tenant count).
         let mut p = FairShare::default();
-        let bulk = TenantStats { ewma_msg_bytes: 1048576.0, mean_latency_ns: 0, completed: 0, ..sparse(0) };
-        let stats = [sparse(1000), bulk, bulk];
-        let mut plans = [TenantPlan::PASSTHROUGH; 3];
+        let bulk = TenantStats { ewma_msg_bytes: 262144.0, mean_latency_ns: 0, completed: 0, ..sparse(0) };
+        let mut stats = vec![bulk; 21];
+        stats[0] = sparse(1000);
+        let mut plans = vec![TenantPlan::PASSTHROUGH; 21];
         p.on_tick(0, &stats, &mut plans);
-        let hurt = [sparse(5000), bulk, bulk];
+        stats[0] = sparse(5000);
         for _ in 0..40 {
-            p.on_tick(0, &hurt, &mut plans);
+            p.on_tick(0, &stats, &mut plans);
         }
-        let two_chunks_each = 2 * 2 * p.params.chunk_bytes / 1024;
-        assert!(plans[0].window_kib as u32 >= two_chunks_each, "{}", plans[0].window_kib);
-        assert!((plans[0].window_kib as u32) < p.params.window_kib);
-        let read_two_chunks_each = 2 * 2 * p.params.read_chunk_bytes / 1024;
-        assert!(plans[0].read_window_kib as u32 >= read_two_chunks_each, "{}", plans[0].read_window_kib);
+        let floor = |kib: u32| (kib * p.params.floor_permille).div_ceil(1000);
+        assert_eq!(plans[0].window_kib as u32, floor(p.params.window_kib));
+        assert_eq!(plans[0].read_window_kib as u32, floor(p.params.read_window_kib));
+        assert!(plans.iter().all(|q| q.window_kib == plans[0].window_kib), "one budget for all");
     }
 
     #[test]
