@@ -169,6 +169,18 @@ impl<R: Rnic> Load<R> {
         Ok(t.elapsed())
     }
 
+    /// Plays the tenants, takes their requests in with an arrival step
+    /// ([`Dataplane::step_arrivals`]), whose wall time it returns, and
+    /// reaps what completed with a round (untimed).
+    pub fn arrival_step(&mut self) -> Result<Duration, RnicError> {
+        self.play_tenants();
+        let t = Instant::now();
+        self.dp.step_arrivals()?;
+        let d = t.elapsed();
+        self.dp.round()?;
+        Ok(d)
+    }
+
     /// Plays the tenants and runs the loop for `budget` of wall time (at
     /// least one round), after `warmup` of the same untimed.
     pub fn drive(&mut self, warmup: Duration, budget: Duration) -> Result<DriveSample, RnicError> {

@@ -94,6 +94,24 @@ pub struct LoadSample {
     pub fitted_ns: f64,
 }
 
+/// The arrival steps of the fit: a tenant of one 16 B WRITE at a time whose
+/// every request is taken in by an arrival step.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepSample {
+    /// Arrival steps run.
+    pub steps: u64,
+    /// WQEs they posted.
+    pub wqes: u64,
+    /// Policy hook calls in them.
+    pub calls: u64,
+    /// Wall time inside the steps less the policy's hooks and the timing's
+    /// own cost, ns.
+    pub loop_ns: f64,
+    /// What one step costs besides its WQEs (the fitted per-WQE cost taken
+    /// out), ns: the model's `step_ps`.
+    pub step_ns: f64,
+}
+
 /// A policy's measured hooks.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PolicySample {
@@ -117,6 +135,8 @@ pub struct Calibration {
     pub timer_ns: f64,
     /// The loads of the loop's fit.
     pub loads: Vec<LoadSample>,
+    /// The arrival steps.
+    pub steps: StepSample,
     /// The policies' hooks.
     pub policies: Vec<PolicySample>,
 }
@@ -163,6 +183,46 @@ fn run_load(
         loop_ns: (s.in_round.as_nanos() as f64 - policy_ns - timing_ns).max(0.0),
         fitted_ns: 0.0,
     })
+}
+
+/// Times arrival steps for `budget` (after a tenth of it as warm-up):
+/// each takes in one request of a tenant of one 16 B WRITE at a time, as a
+/// ping-pong's request comes to a busy loop. `wqe_ns` is the fitted cost
+/// of a WQE, taken out of the steps' time with the policy's hooks and the
+/// timing's own cost.
+fn step_sample(budget: Duration, timer_ns: f64, wqe_ns: f64) -> Result<StepSample, CalibrateError> {
+    let name = "passthrough 1x1 depth 1, arrival steps";
+    let policy = "passthrough";
+    let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
+    let load_err = |source: perf_dataplane::engine::EngineError| CalibrateError::Load { name, source };
+    let shape = LoadShape { tenants: 1, qps: 1, depth: 1, msg: 16, sensitive: Sensitive::None, sq_depth: None };
+    let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;
+    load.dp.set_timed(true);
+    let warm = Instant::now();
+    while warm.elapsed() < budget / 10 {
+        load.arrival_step().map_err(|e| load_err(e.into()))?;
+    }
+    let mut steps = 0u64;
+    let mut in_steps = Duration::ZERO;
+    let mut wqes = 0u64;
+    let mut calls = 0u64;
+    let mut policy_ns = 0u64;
+    let t0 = Instant::now();
+    while t0.elapsed() < budget {
+        let (c0, calls0) = (load.dp.counters(), load.dp.policy().counters.calls);
+        in_steps += load.arrival_step().map_err(|e| load_err(e.into()))?;
+        // The round after the step posts nothing (the tenant's one request
+        // is in flight): what posted, posted in the step.
+        let (c1, calls1) = (load.dp.counters(), load.dp.policy().counters.calls);
+        wqes += c1.wqes_posted - c0.wqes_posted;
+        calls += calls1 - calls0;
+        policy_ns += c1.policy_ns - c0.policy_ns;
+        steps += 1;
+    }
+    let timing_ns = timer_ns * (steps + calls) as f64;
+    let loop_ns = (in_steps.as_nanos() as f64 - policy_ns as f64 - timing_ns).max(0.0);
+    let step_ns = ((loop_ns - wqe_ns * wqes as f64) / steps.max(1) as f64).max(0.0);
+    Ok(StepSample { steps, wqes, calls, loop_ns, step_ns })
 }
 
 /// Least squares of `y ~ a x` over rows of three regressors, with each
@@ -305,15 +365,17 @@ pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, Calibrate
     for l in &mut loads {
         l.fitted_ns = round * l.rounds as f64 + wqe * l.wqes as f64 + cqe * l.cqes as f64;
     }
+    let steps = step_sample(budget, timer_ns, wqe)?;
     let policies = vec![policy_sample("perf", runs)?, policy_sample("wasm:perf", runs)?];
     let cost = LoopCost {
         round_ps: ps(round),
+        step_ps: ps(steps.step_ns),
         wqe_ps: ps(wqe),
         cqe_ps: ps(cqe),
         native: policy_cost(&policies[0]),
         wasm: policy_cost(&policies[1]),
     };
-    Ok(Calibration { cost, timer_ns, loads, policies })
+    Ok(Calibration { cost, timer_ns, loads, steps, policies })
 }
 
 #[cfg(test)]

@@ -106,9 +106,10 @@ impl LoopReport {
         let m = &self.model;
         let ns = |ps: u64| ps as f64 / 1000.0;
         format!(
-            "loop: cost {} (round {:.1} ns, WQE {:.1} ns, CQE {:.1} ns; native / wasm policy: call {:.1} / {:.1} ns, tick {:.1} / {:.1} ns + {:.1} / {:.1} ns per tenant)",
+            "loop: cost {} (round {:.1} ns, arrival step {:.1} ns, WQE {:.1} ns, CQE {:.1} ns; native / wasm policy: call {:.1} / {:.1} ns, tick {:.1} / {:.1} ns + {:.1} / {:.1} ns per tenant)",
             self.source,
             ns(m.round_ps),
+            ns(m.step_ps),
             ns(m.wqe_ps),
             ns(m.cqe_ps),
             ns(m.native.call_ps),
@@ -169,6 +170,15 @@ pub fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
             l.fitted_ns / 1e6
         );
     }
+    let s = &c.steps;
+    println!(
+        "arrival steps ({} steps, {} WQEs, {} calls): {:.3} ms in the steps, {:.1} ns per step besides its WQE",
+        s.steps,
+        s.wqes,
+        s.calls,
+        s.loop_ns / 1e6,
+        s.step_ns
+    );
     println!("policy hooks through the host (median ns per call):");
     for p in &c.policies {
         println!(

@@ -147,6 +147,9 @@ impl<R: Rnic> Dataplane<R> {
             cands.push(t);
             i = t + 1;
         }
+        if self.step_only.is_some() {
+            cands.retain(|&t| self.in_step(t));
+        }
         // The reservations are shares among the tenants with data to
         // admit in this direction (all of them candidates), so together
         // they stay within the budget.
@@ -168,6 +171,7 @@ impl<R: Rnic> Dataplane<R> {
                     self.tenants[t].deficit[dir] = 0;
                     continue;
                 };
+                self.tenants[t].visit_round = self.counters.rounds;
                 let quantum = QUANTUM_BYTES * self.tenants[t].weight.max(1) as i64;
                 if self.tenants[t].deficit[dir] <= 0 {
                     self.tenants[t].deficit[dir] += quantum;

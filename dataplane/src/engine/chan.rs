@@ -32,6 +32,11 @@ const KEEP_SLOTS: usize = 256;
 pub(crate) struct Arrivals(Arc<Mutex<Vec<u32>>>);
 
 impl Arrivals {
+    /// Whether an announced id satisfies `f`.
+    pub fn any(&self, f: impl FnMut(&u32) -> bool) -> bool {
+        self.0.lock().iter().any(f)
+    }
+
     /// Moves the announced ids into `out` (emptied first).
     pub fn take(&self, out: &mut Vec<u32>) {
         out.clear();

@@ -88,12 +88,13 @@ impl<R: Rnic> Dataplane<R> {
                 }
                 Err(e) => return Err(e),
             };
-            self.counters.cqes_polled += n as u64;
             for wc in &wcs[..n] {
+                self.counters.cqes_polled += 1;
                 match which {
                     SharedCq::Send => self.on_send_wc(wc, now),
                     SharedCq::Recv => self.on_recv_wc(wc, now),
                 }
+                self.mark_step();
             }
             did |= n > 0;
             budget -= n;

@@ -20,6 +20,19 @@
 //! file `perf-runner calibrate-loop` writes), never timed during the run.
 //! [`LoopCost::ZERO`] is the loop as before: free.
 //!
+//! A request that comes while the loop is busy does not wait for the whole
+//! round: the loop looks at its arrival list at the end of each post list
+//! and each CQE it processes (the round's *marks*, placed on the clock by
+//! what the work before them costs). When requests were announced by a
+//! tenant the round in progress has not visited, the first mark after the
+//! announcement runs an *arrival step*: it takes the requests in and posts
+//! them for those tenants, within what is left of their share of the round
+//! (`loop_share.rs`), and the rest of the round moves back by what the step
+//! costs, `step + wqe x WQEs + cqe x CQEs + call x calls`. A tenant the
+//! round already visited waits for the next round, as in deficit round
+//! robin: a ping-pong is served within a post list of its request, a
+//! flood's arrivals never step.
+//!
 //! The cost is charged only through the virtual-time drivers
 //! ([`App::poll`](crate::traffic::App::poll)); [`Dataplane::round`]
 //! itself charges nothing, and a loop spinning in real time
@@ -53,6 +66,11 @@ impl PolicyCost {
 pub struct LoopCost {
     /// Each round that did work or called the policy, ps.
     pub round_ps: u64,
+    /// Each arrival step: a look at the arrival list between two post
+    /// lists of a round, which found requests and served them, ps (the
+    /// step's WQEs, CQEs and calls are charged on top, as in a round).
+    #[serde(default)]
+    pub step_ps: u64,
     /// Each WQE posted (data, zero-weight, control), ps.
     pub wqe_ps: u64,
     /// Each CQE polled from the shared CQs (retired, delivered), ps.
@@ -66,15 +84,18 @@ pub struct LoopCost {
 impl LoopCost {
     /// A free loop: virtual time as before the cost model.
     pub const ZERO: LoopCost =
-        LoopCost { round_ps: 0, wqe_ps: 0, cqe_ps: 0, native: PolicyCost::ZERO, wasm: PolicyCost::ZERO };
+        LoopCost { round_ps: 0, step_ps: 0, wqe_ps: 0, cqe_ps: 0, native: PolicyCost::ZERO, wasm: PolicyCost::ZERO };
 
     /// The loop as `perf-runner calibrate-loop` measured it over the null
     /// RNIC on the reference machine: an Intel Xeon (`model name: Intel(R)
     /// Xeon(R) Processor`), 2 cores shared with other jobs; each figure the
     /// median of three calibrations (`docs/loop-cost.md` gives the
-    /// commands and their output).
+    /// commands and their output). The arrival step came later, on a
+    /// slower machine of the same model: it is that machine's step over
+    /// its round, times the reference round.
     pub const MEASURED: LoopCost = LoopCost {
         round_ps: 214_078,
+        step_ps: 237_621,
         wqe_ps: 19_111,
         cqe_ps: 99_176,
         native: PolicyCost { call_ps: 2_927, tick_ps: 250_203, tick_tenant_ps: 6_260 },
@@ -88,9 +109,14 @@ impl LoopCost {
 
     /// The cost of a round's work, ps.
     pub fn charge(&self, work: &RoundWork) -> u64 {
+        self.round_ps.saturating_add(self.work_ps(work))
+    }
+
+    /// The cost of `work` besides the fixed cost of its round or step, ps.
+    pub fn work_ps(&self, work: &RoundWork) -> u64 {
         let p = if work.wasm { self.wasm } else { self.native };
-        self.round_ps
-            .saturating_add(self.wqe_ps.saturating_mul(work.wqes))
+        self.wqe_ps
+            .saturating_mul(work.wqes)
             .saturating_add(self.cqe_ps.saturating_mul(work.cqes))
             .saturating_add(p.call_ps.saturating_mul(work.policy_calls.saturating_sub(work.ticks)))
             .saturating_add(p.tick_ps.saturating_mul(work.ticks))
@@ -116,7 +142,7 @@ pub struct RoundWork {
 }
 
 /// The loop's busy time on the virtual clock.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct LoopClock {
     /// Whether the model charges anything (not [`LoopCost::ZERO`]): read
     /// on every post and poll, so kept here rather than compared each time.
@@ -130,6 +156,30 @@ pub(super) struct LoopClock {
     pub(super) busy_ps: u64,
     /// The last round's charge, ps (0 after a round that did nothing).
     pub(super) last_round_ps: u64,
+    /// Where the busy interval's post lists and CQ polls end, ps, in
+    /// order: the points between them where the loop looks at its arrival
+    /// list again.
+    pub(super) marks: Vec<u64>,
+    /// The round or step being run: where its marks are measured from.
+    pub(super) base: Option<WorkBase>,
+    /// When the busy loop first had requests announced: they are served at
+    /// the first mark at or after it.
+    pub(super) arrival_seen_ps: Option<u64>,
+}
+
+/// Where a round or an arrival step started, to place its marks.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WorkBase {
+    /// Its start, ps.
+    start_ps: u64,
+    /// Its fixed cost ([`LoopCost::round_ps`] or [`LoopCost::step_ps`]).
+    fixed_ps: u64,
+    /// The dataplane's counters at its start.
+    counters: super::DataplaneCounters,
+    /// The policy's calls at its start.
+    calls: u64,
+    /// Live tenants, counted at the first mark after a tick.
+    tenants: Option<u64>,
 }
 
 impl<R: Rnic> Dataplane<R> {
@@ -145,10 +195,13 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// While the loop is still busy with its last round's work: when it is
-    /// free again (ns of the NIC's clock). A virtual-time driver wakes it
+    /// free again, or reaches the mark where it serves requests announced
+    /// meanwhile (ns of the NIC's clock). A virtual-time driver wakes it
     /// then; `None` when it is free now (always, with a zero cost).
     pub fn loop_busy_until_ns(&self) -> Option<u64> {
-        Some(self.clock.busy_until_ns).filter(|&t| t > self.nic.clock_ns())
+        let now = self.nic.clock_ns();
+        let until = Some(self.clock.busy_until_ns).filter(|&t| t > now)?;
+        Some(self.arrival_step_ns().filter(|&t| t > now).map_or(until, |t| t.min(until)))
     }
 
     /// The loop's busy time charged up to `now_ns` (work that runs past
@@ -168,43 +221,136 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// A round in virtual time: nothing while the loop is busy with its
-    /// last round's work, else a round whose work is charged to the loop's
-    /// clock (see the module documentation).
+    /// last round's work (but an arrival step, when requests were announced
+    /// and the loop reached the end of a post list or CQ poll since), else
+    /// a round whose work is charged to the loop's clock (see the module
+    /// documentation).
     pub(super) fn charged_round(&mut self) -> Result<bool, crate::rnic::RnicError> {
         if !self.clock.charged {
             return self.round();
         }
         let cost = self.cfg.loop_cost;
         let now = self.nic.clock_ns();
+        let now_ps = now.saturating_mul(1000);
         if now < self.clock.busy_until_ns {
-            return Ok(false);
+            return self.busy_poll(now);
         }
-        let c0 = self.counters;
-        let calls0 = self.policy.counters.calls;
+        self.clock.marks.clear();
+        self.clock.arrival_seen_ps = None;
+        self.begin_work(now_ps, cost.round_ps);
         let did = self.round()?;
-        let c = self.counters;
-        let ticks = c.ticks - c0.ticks;
-        let work = RoundWork {
-            wqes: c.wqes_posted - c0.wqes_posted,
-            cqes: c.cqes_polled - c0.cqes_polled,
-            policy_calls: self.policy.counters.calls.saturating_sub(calls0),
-            ticks,
-            tick_tenants: if ticks == 0 {
-                0
-            } else {
-                ticks * self.tenants.iter().filter(|t| !t.removed).count() as u64
-            },
-            wasm: self.policy.is_wasm(),
-        };
+        let work = self.end_work();
         self.clock.last_round_ps = 0;
         if did || work.policy_calls > 0 {
-            let ps = cost.charge(&work);
+            let ps = cost.round_ps.saturating_add(cost.work_ps(&work));
             self.clock.last_round_ps = ps;
-            let start_ps = now.saturating_mul(1000);
             self.clock.busy_ps = self.clock.busy_ps.saturating_add(ps);
-            self.clock.busy_end_ps = start_ps.saturating_add(ps);
+            self.clock.busy_end_ps = now_ps.saturating_add(ps);
             self.clock.busy_until_ns = self.clock.busy_end_ps.div_ceil(1000);
+        } else {
+            self.clock.marks.clear();
         }
         Ok(did)
+    }
+
+    /// A poll while the loop is busy: requests announced meanwhile are
+    /// served by an arrival step at the first mark at or after their
+    /// announcement (the driver wakes the loop there,
+    /// [`Dataplane::loop_busy_until_ns`]), and the rest of the busy
+    /// interval moves back by the step's cost.
+    fn busy_poll(&mut self, now: u64) -> Result<bool, crate::rnic::RnicError> {
+        let now_ps = now.saturating_mul(1000);
+        if self.clock.arrival_seen_ps.is_none() && self.arrivals.any(|&t| self.unvisited(t as usize)) {
+            self.clock.arrival_seen_ps = Some(now_ps);
+        }
+        let Some(seen) = self.clock.arrival_seen_ps else { return Ok(false) };
+        match self.clock.marks.iter().find(|&&m| m >= seen) {
+            Some(&m) if m <= now_ps => {}
+            // Not there yet, or the busy interval has no mark left: the
+            // next round serves them.
+            _ => return Ok(false),
+        }
+        let cost = self.cfg.loop_cost;
+        self.clock.arrival_seen_ps = None;
+        let mut rest = std::mem::take(&mut self.clock.marks);
+        rest.retain(|&m| m > now_ps);
+        self.begin_work(now_ps, cost.step_ps);
+        self.counters.arrival_steps += 1;
+        let did = self.arrival_step(now)?;
+        let work = self.end_work();
+        let ps = cost.step_ps.saturating_add(cost.work_ps(&work));
+        self.clock.busy_ps = self.clock.busy_ps.saturating_add(ps);
+        self.clock.busy_end_ps = self.clock.busy_end_ps.saturating_add(ps);
+        self.clock.busy_until_ns = self.clock.busy_end_ps.div_ceil(1000);
+        self.clock.marks.extend(rest.into_iter().map(|m| m.saturating_add(ps)));
+        Ok(did)
+    }
+
+    /// Starts counting the work of a round or step that starts at
+    /// `start_ps` and costs `fixed_ps` besides its work.
+    fn begin_work(&mut self, start_ps: u64, fixed_ps: u64) {
+        self.clock.base = Some(WorkBase {
+            start_ps,
+            fixed_ps,
+            counters: self.counters,
+            calls: self.policy.counters.calls,
+            tenants: None,
+        });
+    }
+
+    /// The work done since [`Dataplane::begin_work`], which it ends.
+    fn end_work(&mut self) -> RoundWork {
+        let work = self.work_so_far();
+        self.clock.base = None;
+        work
+    }
+
+    /// The work of the round or step in progress so far.
+    fn work_so_far(&mut self) -> RoundWork {
+        let Some(base) = self.clock.base else { return RoundWork::default() };
+        let c = self.counters;
+        let ticks = c.ticks - base.counters.ticks;
+        let tick_tenants = if ticks == 0 {
+            0
+        } else {
+            let n = match base.tenants {
+                Some(n) => n,
+                None => {
+                    let n = self.tenants.iter().filter(|t| !t.removed).count() as u64;
+                    if let Some(b) = &mut self.clock.base {
+                        b.tenants = Some(n);
+                    }
+                    n
+                }
+            };
+            ticks * n
+        };
+        RoundWork {
+            wqes: c.wqes_posted - base.counters.wqes_posted,
+            cqes: c.cqes_polled - base.counters.cqes_polled,
+            policy_calls: self.policy.counters.calls.saturating_sub(base.calls),
+            ticks,
+            tick_tenants,
+            wasm: self.policy.is_wasm(),
+        }
+    }
+
+    /// A post list or a CQ poll of the round or step in progress ended:
+    /// the loop may look at its arrival list here.
+    pub(super) fn mark_step(&mut self) {
+        if !self.clock.charged {
+            return;
+        }
+        let Some(base) = self.clock.base else { return };
+        let work = self.work_so_far();
+        let at = base.start_ps.saturating_add(base.fixed_ps).saturating_add(self.cfg.loop_cost.work_ps(&work));
+        self.clock.marks.push(at);
+    }
+
+    /// When an announced request waits for an arrival step: the mark it
+    /// is served at, ns.
+    fn arrival_step_ns(&self) -> Option<u64> {
+        let seen = self.clock.arrival_seen_ps?;
+        self.clock.marks.iter().find(|&&m| m >= seen).map(|m| m.div_ceil(1000))
     }
 }

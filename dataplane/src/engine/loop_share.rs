@@ -8,14 +8,20 @@
 //! tenant's next request would wait for it. So a charged round is
 //! bounded:
 //!
-//! - each tenant with work gets a credit of [`LOOP_QUANTUM_PS`] x its
-//!   weight per round, and posts while its credit lasts. A post is charged
-//!   what it costs the loop: each WQE, the CQE each signaled WQE will give
-//!   (polled in a later round, but caused by this post), and the policy's
-//!   `on_request` when a message starts. A tenant that overdraws carries
-//!   the debt into its next round; unused credit is not kept (a sparse
-//!   tenant cannot save up a burst). A ping-pong's request costs far less
-//!   than a quantum, so it is posted in the first round that sees it;
+//! - each tenant with work gets a credit of a quantum x its weight per
+//!   round, and posts while its credit lasts. The quantum is
+//!   [`QUANTUM_ROUNDS`] times the round's own cost, so that rounds take
+//!   at most a tenth of a loop one tenant keeps busy. A longer round does
+//!   not hold back a request that comes during it (an arrival step posts
+//!   it at the end of the post list in progress, `loop_cost.rs`); a
+//!   completion that comes during it waits for the next round's poll. A
+//!   post is charged what it costs the loop: each WQE, the CQE each
+//!   signaled WQE will give (polled in a later round, but caused by this
+//!   post), and the policy's `on_request` when a message starts. A tenant
+//!   that overdraws carries the debt into its next round; unused credit is
+//!   not kept (a sparse tenant cannot save up a burst). A ping-pong's
+//!   request costs far less than a quantum, so it is posted in the first
+//!   round or arrival step that sees it;
 //! - a QP stopped by its tenant's credit stays in the `post` ready set
 //!   (`ready.rs`), and the tenant's next round starts from it, so its QPs
 //!   take turns (`TenantState::post_resume`); fair admission
@@ -35,9 +41,12 @@
 
 use super::*;
 
-/// The loop time a tenant of weight 1 may spend per round, ps of the loop's
-/// cost model.
-pub const LOOP_QUANTUM_PS: i64 = 1_000_000;
+/// How many times a round's fixed cost ([`LoopCost::round_ps`]) a tenant
+/// of weight 1 may spend per round: a round in which one tenant spends its
+/// quantum spends at most a tenth of itself on its fixed cost.
+///
+/// [`LoopCost::round_ps`]: super::LoopCost::round_ps
+pub const QUANTUM_ROUNDS: u64 = 9;
 
 /// CQEs polled from each shared CQ per round when the loop is charged.
 pub const POLL_BUDGET: usize = 64;
@@ -56,12 +65,23 @@ impl<R: Rnic> Dataplane<R> {
             return true;
         }
         let round = self.counters.rounds;
+        let quantum = self.loop_quantum_ps();
         let ts = &mut self.tenants[t];
+        ts.visit_round = round;
         if ts.loop_round != round {
             ts.loop_round = round;
-            ts.loop_credit = ts.loop_credit.min(0) + LOOP_QUANTUM_PS * ts.weight.max(1) as i64;
+            ts.loop_credit = ts.loop_credit.min(0) + quantum * ts.weight.max(1) as i64;
         }
         ts.loop_credit > 0
+    }
+
+    /// The loop time a tenant of weight 1 may spend per round, ps:
+    /// [`QUANTUM_ROUNDS`] times the round's fixed cost, and never less than
+    /// a message posted whole costs.
+    pub(super) fn loop_quantum_ps(&self) -> i64 {
+        let c = &self.cfg.loop_cost;
+        let message = c.wqe_ps.saturating_add(c.cqe_ps).saturating_add(c.native.call_ps.max(c.wasm.call_ps));
+        c.round_ps.saturating_mul(QUANTUM_ROUNDS).max(message).clamp(1, i64::MAX as u64) as i64
     }
 
     /// Charges tenant `t`'s credit `ps` of the loop's time.

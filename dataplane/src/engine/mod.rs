@@ -185,6 +185,10 @@ pub struct DataplaneCounters {
     /// tenant had spent its share of the loop's time in this one
     /// ([`loop_share`]; only when the loop is charged).
     pub loop_holds: u64,
+    /// Arrival steps: requests announced while the loop was busy, served
+    /// at the end of the post list or CQ poll in progress rather than the
+    /// round's ([`loop_cost`]; only when the loop is charged).
+    pub arrival_steps: u64,
     /// Times a QP with work to post was held back by its tenant's pacing
     /// (token bucket in debt, or paused).
     pub paced_holds: u64,
@@ -244,6 +248,10 @@ struct TenantState {
     /// it was topped up in (`loop_share.rs`).
     loop_credit: i64,
     loop_round: u64,
+    /// The last round in which the loop visited the tenant: posted for it,
+    /// or considered it in fair admission. An arrival step serves only
+    /// tenants not visited in the round in progress.
+    visit_round: u64,
     /// The QP its credit last ran out at, where its next round's walk
     /// starts; and this round's start, fixed at its first visit in
     /// `post_round`.
@@ -371,6 +379,8 @@ pub struct Dataplane<R: Rnic> {
     /// Tenants' announcements that their request channel stopped being
     /// empty (shared with each tenant's channel).
     arrivals: Arrivals,
+    /// During an arrival step: the tenants it posts for, sorted.
+    step_only: Option<Vec<u32>>,
     /// Rounds of active-set management run so far.
     manage_round: u64,
     /// Visit every tenant and QP every round (the walk before ready sets).
@@ -486,6 +496,7 @@ impl<R: Rnic> Dataplane<R> {
             timed: false,
             ready: Ready::default(),
             arrivals: Arrivals::default(),
+            step_only: None,
             manage_round: 0,
             exhaustive: false,
             cq_used: [0; 2],
@@ -588,6 +599,7 @@ impl<R: Rnic> Dataplane<R> {
             qps_in_nic: 0,
             loop_credit: 0,
             loop_round: u64::MAX,
+            visit_round: u64::MAX,
             post_resume: 0,
             post_start: 0,
             post_round: u64::MAX,
@@ -765,6 +777,56 @@ impl<R: Rnic> Dataplane<R> {
             self.counters.busy_rounds += 1;
         }
         Ok(did)
+    }
+}
+
+impl<R: Rnic> Dataplane<R> {
+    /// An arrival step inside a charged round (`loop_cost.rs`): the
+    /// requests announced since the round began are taken in and posted,
+    /// each tenant within what is left of its share of the round
+    /// (`loop_share.rs`).
+    pub(super) fn arrival_step(&mut self, now: u64) -> Result<bool, RnicError> {
+        let mut only = std::mem::take(&mut self.scratch.arrived);
+        self.arrivals.take(&mut only);
+        for &t in &only {
+            self.ready.intake.insert(t as usize);
+        }
+        only.retain(|&t| self.unvisited(t as usize));
+        only.sort_unstable();
+        self.step_only = Some(only);
+        let r = self.step_work(now);
+        self.scratch.arrived = self.step_only.take().unwrap_or_default();
+        r
+    }
+
+    /// Runs an arrival step now, as a charged loop does at the end of a
+    /// post list or CQ poll when requests were announced meanwhile
+    /// (`loop_cost.rs`): takes the announced requests in and posts them
+    /// for the tenants the round in progress has not visited. Charges
+    /// nothing; `perf-runner calibrate-loop` times it. Returns whether it
+    /// did anything.
+    pub fn step_arrivals(&mut self) -> Result<bool, RnicError> {
+        let now = self.nic.clock_ns();
+        self.arrival_step(now)
+    }
+
+    fn step_work(&mut self, now: u64) -> Result<bool, RnicError> {
+        let mut did = self.drain_requests(now);
+        self.manage_active_sets(now)?;
+        did |= self.post_all(now)?;
+        Ok(did)
+    }
+
+    /// Whether tenant `t` has not posted in this round yet (its turn is
+    /// still to come).
+    pub(super) fn unvisited(&self, t: usize) -> bool {
+        self.tenants.get(t).is_some_and(|ts| ts.visit_round != self.counters.rounds)
+    }
+
+    /// Whether tenant `t` may post in this round or step (an arrival step
+    /// posts only for the tenants that were idle when their requests came).
+    pub(super) fn in_step(&self, t: usize) -> bool {
+        self.step_only.as_ref().is_none_or(|only| only.binary_search(&(t as u32)).is_ok())
     }
 }
 

@@ -34,7 +34,7 @@ impl<R: Rnic> Dataplane<R> {
         while let Some(qi) = self.ready.post.next_below(next, self.qps.len()) {
             next = qi + 1;
             let start = self.post_start(self.qps[qi].tenant as usize);
-            if (qi >= start) != first {
+            if (qi >= start) != first || !self.in_step(self.qps[qi].tenant as usize) {
                 continue;
             }
             self.ready.post.remove(qi);
@@ -337,6 +337,7 @@ impl<R: Rnic> Dataplane<R> {
         self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;
         self.counters.doorbells += 1;
+        self.mark_step();
         if result.is_err() {
             // The NIC refused part of the list (the QP is broken): the first
             // message it cut completes with a local QP error, every later one

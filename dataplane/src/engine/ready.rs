@@ -149,12 +149,7 @@ impl<R: Rnic> Dataplane<R> {
     /// At the start of a round: the arrivals announced since the last one
     /// and the timers due by `now`.
     pub(super) fn collect_ready(&mut self, now: u64) {
-        let mut arrived = std::mem::take(&mut self.scratch.arrived);
-        self.arrivals.take(&mut arrived);
-        for &t in &arrived {
-            self.ready.intake.insert(t as usize);
-        }
-        self.scratch.arrived = arrived;
+        self.collect_arrivals();
         while let Some((when, t, kind)) = self.ready.pop_due(now) {
             let Some(ts) = self.tenants.get_mut(t as usize) else { continue };
             let at = &mut ts.timer_at[kind as usize];
@@ -171,6 +166,17 @@ impl<R: Rnic> Dataplane<R> {
         if self.exhaustive {
             self.mark_all();
         }
+    }
+
+    /// The tenants whose request queues stopped being empty go to the
+    /// `intake` set.
+    pub(super) fn collect_arrivals(&mut self) {
+        let mut arrived = std::mem::take(&mut self.scratch.arrived);
+        self.arrivals.take(&mut arrived);
+        for &t in &arrived {
+            self.ready.intake.insert(t as usize);
+        }
+        self.scratch.arrived = arrived;
     }
 
     /// QP `qi` may have something to post (or admit). A QP of a tenant
