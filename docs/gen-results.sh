@@ -164,9 +164,10 @@ bulk QP's turn carries a whole 1 MB message, so a round is most of a
 second of wire time and nobody completes anything in the 5 ms window (the NIC is
 busy all along); under `perf` the bulk tenants are time-sliced (more than
 4 bandwidth tenants beside a message-sensitive one) and split into
-chunks, and the message-rate tenant gets about 5.2 Mmsg/s (0.42 of its
-12.4 alone on the NIC) beside 74 Gb/s of bulk goodput, with the loop 97%
-busy (the `loop` column: its own work is charged, [loop-cost.md](loop-cost.md)).
+chunks, and the message-rate tenant gets the table's Mmsg/s (under half
+of its 12.4 alone on the NIC) beside the bulk tenants' goodput, with the
+loop nearly always busy (the `loop` column: its own work is charged,
+[loop-cost.md](loop-cost.md)).
 
 HDR
 [ "${RUN_EXP6:-0}" = 1 ] && docs/gen-exp6.sh >&2
