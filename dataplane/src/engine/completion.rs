@@ -94,7 +94,7 @@ impl<R: Rnic> Dataplane<R> {
                     SharedCq::Send => self.on_send_wc(wc, now),
                     SharedCq::Recv => self.on_recv_wc(wc, now),
                 }
-                self.mark_step();
+                self.mark_step(1);
             }
             did |= n > 0;
             budget -= n;

@@ -21,16 +21,17 @@
 //! [`LoopCost::ZERO`] is the loop as before: free.
 //!
 //! A request that comes while the loop is busy does not wait for the whole
-//! round: the loop looks at its arrival list at the end of each post list
-//! and each CQE it processes (the round's *marks*, placed on the clock by
-//! what the work before them costs). When requests were announced by a
+//! round: the loop looks at its arrival list after each WQE it builds and
+//! each CQE it processes (the round's *marks*, placed on the clock by what
+//! the work before them costs; a post list in the making is posted as it
+//! stands when a step cuts in). When requests were announced by a
 //! tenant the round in progress has not visited, the first mark after the
 //! announcement runs an *arrival step*: it takes the requests in and posts
 //! them for those tenants, within what is left of their share of the round
 //! (`loop_share.rs`), and the rest of the round moves back by what the step
 //! costs, `step + wqe x WQEs + cqe x CQEs + call x calls`. A tenant the
 //! round already visited waits for the next round, as in deficit round
-//! robin: a ping-pong is served within a post list of its request, a
+//! robin: a ping-pong is served within a WQE or CQE of its request, a
 //! flood's arrivals never step.
 //!
 //! The cost is charged only through the virtual-time drivers
@@ -156,9 +157,8 @@ pub(super) struct LoopClock {
     pub(super) busy_ps: u64,
     /// The last round's charge, ps (0 after a round that did nothing).
     pub(super) last_round_ps: u64,
-    /// Where the busy interval's post lists and CQ polls end, ps, in
-    /// order: the points between them where the loop looks at its arrival
-    /// list again.
+    /// Where the busy interval's WQEs and CQEs end, ps, in order: the
+    /// points between them where the loop looks at its arrival list again.
     pub(super) marks: Vec<u64>,
     /// The round or step being run: where its marks are measured from.
     pub(super) base: Option<WorkBase>,
@@ -222,7 +222,7 @@ impl<R: Rnic> Dataplane<R> {
 
     /// A round in virtual time: nothing while the loop is busy with its
     /// last round's work (but an arrival step, when requests were announced
-    /// and the loop reached the end of a post list or CQ poll since), else
+    /// and the loop reached the end of a WQE or CQE since), else
     /// a round whose work is charged to the loop's clock (see the module
     /// documentation).
     pub(super) fn charged_round(&mut self) -> Result<bool, crate::rnic::RnicError> {
@@ -335,16 +335,20 @@ impl<R: Rnic> Dataplane<R> {
         }
     }
 
-    /// A post list or a CQ poll of the round or step in progress ended:
-    /// the loop may look at its arrival list here.
-    pub(super) fn mark_step(&mut self) {
+    /// A post list of `wqes` WQEs or a CQE of the round or step in progress
+    /// ended: the loop may look at its arrival list after each of them.
+    pub(super) fn mark_step(&mut self, wqes: u64) {
         if !self.clock.charged {
             return;
         }
         let Some(base) = self.clock.base else { return };
         let work = self.work_so_far();
         let at = base.start_ps.saturating_add(base.fixed_ps).saturating_add(self.cfg.loop_cost.work_ps(&work));
-        self.clock.marks.push(at);
+        // A post list's WQEs are built one after the other: the loop may
+        // look between them too (posting what it built so far).
+        let from = self.clock.marks.last().copied().unwrap_or(base.start_ps.saturating_add(base.fixed_ps)).min(at);
+        let n = wqes.max(1);
+        self.clock.marks.extend((1..=n).map(|k| from + (at - from) * k / n));
     }
 
     /// When an announced request waits for an arrival step: the mark it

@@ -13,7 +13,7 @@
 //!   [`QUANTUM_ROUNDS`] times the round's own cost, so that rounds take
 //!   at most a tenth of a loop one tenant keeps busy. A longer round does
 //!   not hold back a request that comes during it (an arrival step posts
-//!   it at the end of the post list in progress, `loop_cost.rs`); a
+//!   it after the WQE or CQE in progress, `loop_cost.rs`); a
 //!   completion that comes during it waits for the next round's poll. A
 //!   post is charged what it costs the loop: each WQE, the CQE each
 //!   signaled WQE will give (polled in a later round, but caused by this

@@ -186,8 +186,8 @@ pub struct DataplaneCounters {
     /// ([`loop_share`]; only when the loop is charged).
     pub loop_holds: u64,
     /// Arrival steps: requests announced while the loop was busy, served
-    /// at the end of the post list or CQ poll in progress rather than the
-    /// round's ([`loop_cost`]; only when the loop is charged).
+    /// after the WQE or CQE in progress rather than at the round's end
+    /// ([`loop_cost`]; only when the loop is charged).
     pub arrival_steps: u64,
     /// Times a QP with work to post was held back by its tenant's pacing
     /// (token bucket in debt, or paused).
@@ -799,8 +799,8 @@ impl<R: Rnic> Dataplane<R> {
         r
     }
 
-    /// Runs an arrival step now, as a charged loop does at the end of a
-    /// post list or CQ poll when requests were announced meanwhile
+    /// Runs an arrival step now, as a charged loop does after a WQE or CQE
+    /// when requests were announced meanwhile
     /// (`loop_cost.rs`): takes the announced requests in and posts them
     /// for the tenants the round in progress has not visited. Charges
     /// nothing; `perf-runner calibrate-loop` times it. Returns whether it

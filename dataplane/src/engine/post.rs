@@ -337,7 +337,7 @@ impl<R: Rnic> Dataplane<R> {
         self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;
         self.counters.doorbells += 1;
-        self.mark_step();
+        self.mark_step(posted as u64);
         if result.is_err() {
             // The NIC refused part of the list (the QP is broken): the first
             // message it cut completes with a local QP error, every later one
