@@ -67,12 +67,12 @@ A 1 MB WRITE stream beside a 16 B WRITE ping-pong. Without isolation the
 ping-pong waits behind the stream's NIC turns; `perf` splits the stream
 into 16 KiB sub-requests each followed by zero-weight WRs, so the
 ping-pong's next turn comes after at most one chunk. With the loop's own
-work charged to the clock (the default, the `loop` column), that costs
-`perf` its isolation here: 38 WQEs per message keep the loop busy, and
-the ping-pong's requests wait for its bounded rounds (D p99 2.08 us,
-x1.85 of alone, against 1.46 with a free loop; 6.72 before rounds were
-bounded, [loop-cost.md](loop-cost.md)); `fairshare` posts 9 per message
-and keeps D within 1.5x of alone.
+work charged to the clock (the default, the `loop` column), 35 WQEs per
+message keep the loop 46% busy under `perf`; the ping-pong's request is
+taken in after the WQE in progress by an arrival step, so D keeps its
+p99 within 1.5x of alone (x1.85 when it waited for the loop's bounded
+round, 6.72 us before rounds were bounded, [loop-cost.md](loop-cost.md));
+`fairshare` posts 9 per message and keeps D within 1.5x of alone too.
 
 HDR
 compare runner/scenarios/paper/exp1.toml
@@ -82,9 +82,10 @@ cat <<'HDR'
 16 B WRITEs in post lists of 32 beside the 1 MB stream: the message-rate
 tenant gets one turn per bulk turn without isolation, one per chunk with
 `perf`. With the loop charged, a 16 B message costs the loop about 121 ns
-(a WQE, a CQE, a policy call), so the message-rate tenant alone gets 8.0
-Mmsg/s, the loop's limit, not the NIC's 12.4: the `alone` row shows the
-loop 98% busy.
+(a WQE, a CQE, a policy call), and each of the loop's bounded rounds its
+own cost, so the message-rate tenant alone gets about 7.4 Mmsg/s, the
+loop's limit, not the NIC's 12.4: the `alone` row shows the loop 98%
+busy.
 
 HDR
 compare runner/scenarios/paper/exp2.toml

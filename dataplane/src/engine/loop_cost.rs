@@ -67,9 +67,9 @@ impl PolicyCost {
 pub struct LoopCost {
     /// Each round that did work or called the policy, ps.
     pub round_ps: u64,
-    /// Each arrival step: a look at the arrival list between two post
-    /// lists of a round, which found requests and served them, ps (the
-    /// step's WQEs, CQEs and calls are charged on top, as in a round).
+    /// Each arrival step: a look at the arrival list between two WQEs or
+    /// CQEs of a round that found requests and served them, ps (the step's
+    /// WQEs, CQEs and calls are charged on top, as in a round).
     #[serde(default)]
     pub step_ps: u64,
     /// Each WQE posted (data, zero-weight, control), ps.

@@ -190,11 +190,11 @@ fn a_charged_loop_is_shared_between_tenants_and_a_sparse_one_is_served_at_once()
 }
 
 #[test]
-fn a_request_that_finds_the_charged_loop_busy_is_posted_at_the_end_of_the_post_list_in_progress() {
+fn a_request_that_finds_the_charged_loop_busy_is_posted_after_the_wqe_in_progress() {
     // A ping-pong's request comes while the loop works through a flood's
     // round (about 2.5 us: its quantum and the round's own cost). Waiting
     // for the round's end it made about 0.4 of its messages alone; an
-    // arrival step at the end of the post list or CQE in progress posts it
+    // arrival step after the WQE or CQE in progress posts it
     // within a fraction of that.
     let until_ns = 2_000_000;
     let (alone, c) = together_counted(&[1], until_ns);

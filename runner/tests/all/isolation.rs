@@ -205,6 +205,35 @@ fn a_ping_pong_beside_a_stream_keeps_its_latency_with_the_loop_charged() {
     fairshare_passes_cell("lat-write-16 vs send-1m-16q", "measured", "charged");
 }
 
+/// A READ ping-pong beside 64 QPs of 8 B WRITEs in post lists of 32, the
+/// loop charged (a matrix cell): the attacker keeps the loop busy, and a
+/// request that comes mid-round is posted by an arrival step after the WQE
+/// or CQE in progress instead of waiting for the round's end (x1.8 of its
+/// p99 alone before).
+#[test]
+fn a_ping_pong_is_served_mid_round_beside_a_loop_bound_tenant() {
+    fairshare_passes_cell("lat-read-16 vs write-8b-64q-pl32", "measured", "arrival-step");
+}
+
+/// Experiment 1 under `perf` with the loop charged (`compare`'s default):
+/// `perf` posts the stream's chunks and zero-weight WRs a quantum's worth
+/// to a post list, and the ping-pong's request is taken in after the WQE in
+/// progress, not after the list (D read x2.40 of its p99 alone with a mark
+/// per post list), so D keeps its latency.
+#[test]
+fn perf_keeps_experiment_1s_ping_pong_with_the_loop_charged() {
+    let out = scratch("exp1-perf-charged").join("c.json");
+    let o = bin()
+        .args(["compare", "runner/scenarios/paper/exp1.toml", "--policies", "perf", "--json"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc = json(&out);
+    let d = row_tenants(&doc, "perf").into_iter().find(|t| t["name"] == "D_single").expect("D");
+    assert_eq!(d["contract"]["pass"], true, "D under perf, loop charged: {d}");
+}
+
 /// 64 B WRITEs on 256 QPs, 16 deep, beside a 64 KB SEND stream (a
 /// held-out probe): once 9 of the tenant's QPs are in the NIC it is
 /// admitted from those, but when none of them has anything left to admit
