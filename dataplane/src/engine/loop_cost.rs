@@ -242,7 +242,7 @@ impl<R: Rnic> Dataplane<R> {
         let work = self.end_work();
         self.clock.last_round_ps = 0;
         if did || work.policy_calls > 0 {
-            let ps = cost.round_ps.saturating_add(cost.work_ps(&work));
+            let ps = cost.charge(&work);
             self.clock.last_round_ps = ps;
             self.clock.busy_ps = self.clock.busy_ps.saturating_add(ps);
             self.clock.busy_end_ps = now_ps.saturating_add(ps);
