@@ -163,10 +163,8 @@ fn run_load(
     budget: Duration,
     timer_ns: f64,
 ) -> Result<LoadSample, CalibrateError> {
-    let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
     let load_err = |source: perf_dataplane::engine::EngineError| CalibrateError::Load { name, source };
-    let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;
-    load.dp.set_timed(true);
+    let mut load = timed_load(name, policy, shape)?;
     load.drive(Duration::ZERO, budget / 10).map_err(|e| load_err(e.into()))?;
     let (c0, calls0) = (load.dp.counters(), load.dp.policy().counters.calls);
     let s = load.drive(Duration::ZERO, budget).map_err(|e| load_err(e.into()))?;
@@ -185,6 +183,15 @@ fn run_load(
     })
 }
 
+/// Load `name`: `shape` under `policy` over the null RNIC, its rounds and
+/// hooks timed.
+fn timed_load(name: &'static str, policy: &'static str, shape: LoadShape) -> Result<Load<NullRnic>, CalibrateError> {
+    let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
+    let mut load = Load::new(NullRnic::new(), host, shape).map_err(|source| CalibrateError::Load { name, source })?;
+    load.dp.set_timed(true);
+    Ok(load)
+}
+
 /// Times arrival steps for `budget` (after a tenth of it as warm-up):
 /// each takes in one request of a tenant of one 16 B WRITE at a time, as a
 /// ping-pong's request comes to a busy loop. `wqe_ns` is the fitted cost
@@ -192,12 +199,9 @@ fn run_load(
 /// timing's own cost.
 fn step_sample(budget: Duration, timer_ns: f64, wqe_ns: f64) -> Result<StepSample, CalibrateError> {
     let name = "passthrough 1x1 depth 1, arrival steps";
-    let policy = "passthrough";
-    let host = PolicyHost::load(policy).map_err(|e| CalibrateError::Policy { name: policy, why: e.to_string() })?;
     let load_err = |source: perf_dataplane::engine::EngineError| CalibrateError::Load { name, source };
     let shape = LoadShape { tenants: 1, qps: 1, depth: 1, msg: 16, sensitive: Sensitive::None, sq_depth: None };
-    let mut load = Load::new(NullRnic::new(), host, shape).map_err(load_err)?;
-    load.dp.set_timed(true);
+    let mut load = timed_load(name, "passthrough", shape)?;
     let warm = Instant::now();
     while warm.elapsed() < budget / 10 {
         load.arrival_step().map_err(|e| load_err(e.into()))?;

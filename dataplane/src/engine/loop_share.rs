@@ -65,13 +65,14 @@ impl<R: Rnic> Dataplane<R> {
             return true;
         }
         let round = self.counters.rounds;
-        let quantum = self.loop_quantum_ps();
-        let ts = &mut self.tenants[t];
-        ts.visit_round = round;
-        if ts.loop_round != round {
+        if self.tenants[t].loop_round != round {
+            let quantum = self.loop_quantum_ps();
+            let ts = &mut self.tenants[t];
             ts.loop_round = round;
             ts.loop_credit = ts.loop_credit.min(0) + quantum * ts.weight.max(1) as i64;
         }
+        let ts = &mut self.tenants[t];
+        ts.visit_round = round;
         ts.loop_credit > 0
     }
 

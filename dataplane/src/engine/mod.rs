@@ -786,11 +786,8 @@ impl<R: Rnic> Dataplane<R> {
     /// each tenant within what is left of its share of the round
     /// (`loop_share.rs`).
     pub(super) fn arrival_step(&mut self, now: u64) -> Result<bool, RnicError> {
+        self.collect_arrivals();
         let mut only = std::mem::take(&mut self.scratch.arrived);
-        self.arrivals.take(&mut only);
-        for &t in &only {
-            self.ready.intake.insert(t as usize);
-        }
         only.retain(|&t| self.unvisited(t as usize));
         only.sort_unstable();
         self.step_only = Some(only);
@@ -817,14 +814,15 @@ impl<R: Rnic> Dataplane<R> {
         Ok(did)
     }
 
-    /// Whether tenant `t` has not posted in this round yet (its turn is
-    /// still to come).
+    /// Whether the round in progress has not visited tenant `t` yet
+    /// (neither posted for it nor admitted its data): its turn is still to
+    /// come.
     pub(super) fn unvisited(&self, t: usize) -> bool {
         self.tenants.get(t).is_some_and(|ts| ts.visit_round != self.counters.rounds)
     }
 
     /// Whether tenant `t` may post in this round or step (an arrival step
-    /// posts only for the tenants that were idle when their requests came).
+    /// posts only for the announced tenants the round had not visited).
     pub(super) fn in_step(&self, t: usize) -> bool {
         self.step_only.as_ref().is_none_or(|only| only.binary_search(&(t as u32)).is_ok())
     }
