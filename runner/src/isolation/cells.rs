@@ -19,19 +19,30 @@ pub struct Cell {
     pub scenario: Scenario,
 }
 
-struct Shape {
-    name: &'static str,
-    kind: Kind,
-    op: TestOp,
-    sizes: SizeDist,
-    qps: u32,
-    depth: u32,
-    post_list: u32,
-    rate_per_s: Option<f64>,
+/// A tenant's traffic in a cell, before its role (victim or attacker),
+/// traffic class and weight are given.
+pub(super) struct Shape {
+    pub(super) name: String,
+    pub(super) kind: Kind,
+    pub(super) op: TestOp,
+    pub(super) sizes: SizeDist,
+    pub(super) qps: u32,
+    pub(super) depth: u32,
+    pub(super) post_list: u32,
+    pub(super) rate_per_s: Option<f64>,
 }
 
-const fn shape(name: &'static str, kind: Kind, op: TestOp, size: u32, qps: u32, depth: u32, pl: u32) -> Shape {
-    Shape { name, kind, op, sizes: SizeDist::Fixed(size), qps, depth, post_list: pl, rate_per_s: None }
+fn shape(name: &str, kind: Kind, op: TestOp, size: u32, qps: u32, depth: u32, pl: u32) -> Shape {
+    Shape {
+        name: name.to_string(),
+        kind,
+        op,
+        sizes: SizeDist::Fixed(size),
+        qps,
+        depth,
+        post_list: pl,
+        rate_per_s: None,
+    }
 }
 
 fn victims() -> Vec<Shape> {
@@ -72,7 +83,8 @@ fn attackers() -> Vec<Shape> {
     ]
 }
 
-fn spec(role: &str, s: &Shape, tc: u8, weight: u32) -> TenantSpec {
+/// Tenant `role:NAME` of shape `s` in traffic class `tc` with `weight`.
+pub(super) fn spec(role: &str, s: &Shape, tc: u8, weight: u32) -> TenantSpec {
     let mut t = TenantSpec::new(&format!("{role}:{}", s.name), s.kind, s.op, s.sizes.max());
     t.sizes = s.sizes.clone();
     t.qps = s.qps;

@@ -19,6 +19,7 @@ use serde::Serialize;
 use super::cells::{cells, Cell};
 use super::contract::{entitlements, judge, Verdict, LATENCY_CEILING, THROUGHPUT_FLOOR};
 use super::entitlement::{Costs, NIC_BOTTLENECKS};
+use super::random::random_cells;
 use crate::compare_cmd::{split_hw, split_policies};
 use crate::loop_cost::LoopChoice;
 use crate::report::{Report, TenantReport};
@@ -63,6 +64,17 @@ pub struct Args {
     /// Only cells whose name contains this text.
     #[arg(long)]
     filter: Option<String>,
+    /// Instead of the fixed grid, N cells drawn at random from the whole
+    /// space of tenant shapes (operation, kind, size, QPs, depth, post
+    /// list, weight; one victim and one to three attackers each), so that
+    /// a policy is judged on mixes it was not tuned for
+    /// (docs/isolation.md#random-mixes).
+    #[arg(long, value_name = "N", conflicts_with = "quick", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    random: Option<u32>,
+    /// The seed the random cells are drawn from (with --random; the runs
+    /// themselves use --seed).
+    #[arg(long, value_name = "SEED", default_value_t = 1, requires = "random")]
+    mix_seed: u64,
     /// Worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -183,7 +195,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.duration_ms,
         a.warmup_ms
     );
-    let mut grid = cells(&a.profile, a.duration_ms, a.warmup_ms, a.seed, a.quick);
+    let mut grid = match a.random {
+        Some(n) => random_cells(&a.profile, a.duration_ms, a.warmup_ms, a.seed, a.mix_seed, n as usize),
+        None => cells(&a.profile, a.duration_ms, a.warmup_ms, a.seed, a.quick),
+    };
     if let Some(f) = &a.filter {
         grid.retain(|c| c.name.contains(f.as_str()));
     }

@@ -246,6 +246,13 @@ impl Scenario {
         Self::parse_named("<input>", text)
     }
 
+    /// Validates a scenario built in code (as `parse_named` validates one
+    /// read from text): what is wrong, with the tenant and key.
+    #[cfg(test)]
+    pub fn check(&self) -> Result<(), String> {
+        self.validate().map_err(|(tenant, key, message)| format!("tenant {tenant:?}, key {key}: {message}"))
+    }
+
     /// Parses and validates scenario text read from `file`.
     pub fn parse_named(file: &str, text: &str) -> Result<Self, ScenarioError> {
         let mut s: Scenario = toml::from_str(text).map_err(|e| error::from_toml(file, text, &e))?;

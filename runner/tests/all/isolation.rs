@@ -106,6 +106,49 @@ fn bad_matrix_input_is_refused_clearly() {
     assert!(err(&["matrix", "--quick", "--require", "fairshare=1.5"]).contains("fraction must be 0 to 1"));
     assert!(err(&["matrix", "--quick", "--policies", "nosuch"]).contains("nosuch"));
     assert!(err(&["matrix", "--profile", "cx9-800g"]).contains("unknown RNIC profile"));
+    assert!(err(&["matrix", "--random", "0"]).contains("--random"));
+    assert!(err(&["matrix", "--random", "3", "--quick"]).contains("cannot be used with"));
+    assert!(err(&["matrix", "--mix-seed", "3"]).contains("--random"));
+}
+
+/// `matrix --random N` judges N drawn mixes, each with a victim and one to
+/// three attackers whose every tenant carries its entitlement and verdict;
+/// the same `--mix-seed` draws the same cells and gives the same figures,
+/// another seed other cells.
+#[test]
+fn random_mixes_are_judged_and_reproduced_by_their_seed() {
+    let dir = scratch("random");
+    let run = |mix_seed: &str, name: &str| {
+        let out = dir.join(name);
+        let o = bin()
+            .args(["matrix", "--random", "2", "--mix-seed", mix_seed, "--policies", "fairshare", "--hw", "none"])
+            .args(["--duration-ms", "7", "--warmup-ms", "1", "--json"])
+            .arg(&out)
+            .output()
+            .expect("runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        json(&out)
+    };
+    let a = run("11", "a.json");
+    let cells = a["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 2);
+    for (i, c) in cells.iter().enumerate() {
+        let name = c["cell"].as_str().expect("name");
+        assert!(name.starts_with(&format!("#{i} ")) && name.contains(" vs "), "{name}");
+        for r in c["rows"].as_array().expect("rows") {
+            let tenants = r["tenants"].as_array().expect("tenants");
+            assert!((2..=4).contains(&tenants.len()), "{name}");
+            assert!(tenants[0]["name"].as_str().expect("name").starts_with("V:"), "{name}");
+            for t in tenants {
+                assert!(t["verdict"]["entitled"]["mpps"].as_f64().expect("entitled") >= 0.0, "{t}");
+                assert!(t["verdict"]["pass"].is_boolean(), "{t}");
+            }
+        }
+    }
+    assert_eq!(a, run("11", "b.json"), "the same seed gave other figures");
+    let other = run("12", "c.json");
+    let names = |m: &Value| m["cells"].as_array().expect("cells").iter().map(|c| c["cell"].clone()).collect::<Vec<_>>();
+    assert_ne!(names(&a), names(&other));
 }
 
 /// Twenty bulk tenants, each draining and refilling in turn, beside a READ
