@@ -2,7 +2,8 @@
 # Regenerates docs/isolation-matrix.md and docs/plots/isolation/ from
 # `perf-runner matrix` on every RNIC profile (the calibrated one and the
 # costly end of the model's brackets) and from `perf-runner compare` of the
-# paper's experiments 1 to 3 under the flagship. The matrix's cells are
+# paper's experiments 1 to 3 under the flagship, and 100 random mixes
+# (`matrix --random`) with a free and a charged loop. The matrix's cells are
 # independent and run on one thread per core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,21 @@ echo "\$ perf-runner matrix --profile cx6-100g --loop-cost measured --json docs/
     --json docs/plots/isolation/matrix-cx6-100g-loop.json --svg docs/plots/isolation/matrix-cx6-100g-loop.svg 2>&1
 echo '```'
 echo
+echo "## Random mixes (\`--random\`)"
+echo
+echo "Cells drawn from the whole space of tenant shapes rather than listed"
+echo "([isolation.md](isolation.md#random-mixes)): 100 of them from mix seed 2,"
+echo "with a free loop and then with the loop charged. No policy was tuned on"
+echo "them."
+echo
+for cost in zero measured; do
+    echo '```'
+    echo "\$ perf-runner matrix --random 100 --mix-seed 2 --policies perf,fairshare --hw none --loop-cost $cost --json docs/plots/isolation/random-s2-$cost.json"
+    /usr/bin/time -f "(wall %e s, peak RSS %M KB)" $R matrix --random 100 --mix-seed 2 --policies perf,fairshare --hw none \
+        --loop-cost "$cost" --json "docs/plots/isolation/random-s2-$cost.json" 2>&1
+    echo '```'
+    echo
+done
 echo "## The paper's experiments under the flagship"
 echo
 echo "With a free dataplane loop, as in the first two matrices (\`--loop-cost zero\`), then"
