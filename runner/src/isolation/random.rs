@@ -21,7 +21,9 @@
 //! - **weights**: 1 for everyone in three cells of four, else 2 or 3 for
 //!   the victim or for one attacker.
 //!
-//! A cell's tenants are named after their shapes (`V:bw-send-4k-3q-d8-pl2`),
+//! A cell's tenants are named after their whole shapes
+//! (`V:bw-send-4k-3q-d8-pl2`, `A:write-mixed16bx3.4kx1.64kx5-2q-d4`: sizes
+//! and their weights), since the matrix runs a tenant alone once per name,
 //! and the same seed gives the same cells: a failing cell is reproduced by
 //! its seed and index, or by its scenario (`--verbose` prints its tenants).
 
@@ -179,12 +181,17 @@ impl Draw {
             values.sort_unstable();
             values.dedup();
             let mut cumulative = Vec::with_capacity(values.len());
+            // The weights are in the name: a tenant's name is its whole
+            // shape (the matrix shares alone runs by name).
+            let mut parts = Vec::with_capacity(values.len());
             let mut sum = 0u64;
-            for _ in &values {
-                sum += 1 + self.below(8);
+            for &v in &values {
+                let w = 1 + self.below(8);
+                sum += w;
                 cumulative.push(sum);
+                parts.push(format!("{}x{w}", size_name(v)));
             }
-            let label = format!("mixed{}", values.iter().map(|&v| size_name(v)).collect::<Vec<_>>().join("."));
+            let label = format!("mixed{}", parts.join("."));
             (SizeDist::Weighted { values, cumulative }, label)
         } else {
             let size = self.size(8, 2 << 20);
@@ -256,6 +263,18 @@ mod tests {
                 for t in &c.scenario.tenants[1..] {
                     let outstanding = t.qps as u64 * t.depth as u64 * t.sizes.max() as u64;
                     assert!(outstanding <= MAX_OUTSTANDING || t.depth == 1 && t.qps == 1, "{}", t.name);
+                }
+            }
+        }
+        // A name is a whole shape: the matrix runs each name alone once.
+        let mut shapes = std::collections::HashMap::new();
+        for mix_seed in 1..=20 {
+            for c in random_cells("cx6-100g", 22.0, 2.0, 1, mix_seed, 50) {
+                for t in &c.scenario.tenants {
+                    let shape =
+                        format!("{:?}", (t.kind, t.op, &t.sizes, t.qps, t.depth, t.post_list, t.rate_per_s, t.tc));
+                    let seen = shapes.entry(t.name.clone()).or_insert_with(|| shape.clone());
+                    assert_eq!(*seen, shape, "two shapes named {}", t.name);
                 }
             }
         }
