@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use perf_dataplane::engine::{
-    Completion, CompletionKind, Dataplane, DataplaneConfig, PostRefused, RequestOp, TenantHandle, WorkRequest,
+    Completion, CompletionKind, Dataplane, DataplaneConfig, EngineError, PostRefused, RequestOp, TenantHandle,
+    WorkRequest,
 };
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::sim::{ClockMode, ExternalMemory, RnicProfile, SimFabric, SimRnic};
@@ -55,6 +56,11 @@ const SETUP_WAIT: Duration = Duration::from_secs(10);
 /// How long a closing client's in-flight requests may take to complete
 /// before its regions are deregistered anyway.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// How long after its client closed a tenant the loop still holds WQEs of
+/// (a flushed QP's last ones, unsignaled, complete as the NIC flushes
+/// them) is waited for before its slot is given up, idle, and its regions
+/// deregistered anyway.
+const REMOVE_WAIT: Duration = Duration::from_secs(30);
 /// Requests taken from one client's ring per round.
 const TAKE_PER_ROUND: u64 = 256;
 
@@ -377,6 +383,14 @@ impl Bridge {
         }
     }
 
+    /// How long ago the client closed (zero while it is live).
+    fn closing_for(&self) -> Duration {
+        match self.phase {
+            Phase::Live => Duration::ZERO,
+            Phase::Closing { since } => since.elapsed(),
+        }
+    }
+
     /// A closing client whose requests have all completed (or who waited
     /// long enough): its regions are deregistered (unmapped).
     fn finished(&self) -> bool {
@@ -397,6 +411,9 @@ struct Hub {
     clients: Arc<AtomicU64>,
     /// Names the engine already has (a name comes back as `name#k`).
     used_names: Vec<String>,
+    /// Closed clients whose tenant the loop still holds something of:
+    /// removed once it holds nothing (see [`Hub::remove_closed`]).
+    removing: Vec<Bridge>,
     /// Clients closed so far, and how many of them broke their ring.
     closed: u64,
     broken: u64,
@@ -611,29 +628,56 @@ impl Hub {
                 if b.outstanding() > 0 {
                     tracing::warn!(tenant = %b.name, left = b.outstanding(), "closing client: requests still in flight");
                 }
-                // Drain what the loop still holds for it, then remove it.
-                while b.handle.poll().is_some() {}
-                match dp.remove_tenant(b.handle.id) {
-                    Ok(()) => {
-                        if let Some(i) = self.used_names.iter().position(|n| *n == b.name) {
-                            self.used_names.swap_remove(i);
-                        }
-                    }
-                    Err(e) => {
-                        // Its slot stays, idle; its regions go all the same.
-                        tracing::warn!(tenant = %b.name, "removing the tenant: {e}");
-                        for mr in &b.mrs {
-                            if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
-                                tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
-                            }
-                        }
-                    }
-                }
                 tracing::info!(tenant = %b.name, taken = b.taken, completed = b.completed, "client closed");
+                self.removing.push(b);
             }
             self.clients.store(self.bridges.len() as u64, Ordering::Relaxed);
         }
+        did |= self.remove_closed(dp);
         self.outstanding.store(self.bridges.iter().map(Bridge::outstanding).sum(), Ordering::Relaxed);
+        did
+    }
+}
+
+impl Hub {
+    /// Removes the tenants of closed clients that the loop holds nothing
+    /// of any more. A client's requests may all have completed while its
+    /// flushed QPs still hold WQEs whose flush the loop has yet to see (the
+    /// drain marker `Dataplane::flush_tenant` posts, the completions left in
+    /// its channel): such a tenant is tried again at the next pass, its
+    /// regions still mapped, and given up (its slot left idle, its regions
+    /// deregistered) only after [`REMOVE_WAIT`].
+    fn remove_closed(&mut self, dp: &mut Dataplane<SimRnic>) -> bool {
+        if self.removing.is_empty() {
+            return false;
+        }
+        let mut did = false;
+        for b in std::mem::take(&mut self.removing) {
+            // Drain what the loop handed it, so that its channel is idle.
+            while b.handle.poll().is_some() {
+                did = true;
+            }
+            match dp.remove_tenant(b.handle.id) {
+                Ok(()) => {
+                    if let Some(i) = self.used_names.iter().position(|n| *n == b.name) {
+                        self.used_names.swap_remove(i);
+                    }
+                    tracing::debug!(tenant = %b.name, "tenant removed");
+                    did = true;
+                }
+                Err(EngineError::Busy(_)) if b.closing_for() < REMOVE_WAIT => self.removing.push(b),
+                Err(e) => {
+                    // Its slot stays, idle; its regions go all the same.
+                    tracing::warn!(tenant = %b.name, "removing the tenant: {e}");
+                    for mr in &b.mrs {
+                        if let Err(e) = dp.dereg_mr(b.handle.id, *mr) {
+                            tracing::warn!(tenant = %b.name, "deregistering a region: {e}");
+                        }
+                    }
+                    did = true;
+                }
+            }
+        }
         did
     }
 }
@@ -780,6 +824,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         outstanding: outstanding.clone(),
         clients,
         used_names: Vec::new(),
+        removing: Vec::new(),
         closed: 0,
         broken: 0,
         waiting: Vec::new(),

@@ -75,3 +75,29 @@ fn a_tenant_flushed_mid_run_completes_everything_once_then_is_removed_and_its_ro
     lb.check(&rig.tenants[b].got, true).expect("the other tenant still loses nothing");
     assert_eq!(rig.read_peer(c, 0, 4096), bytes, "the new tenant's QP 0 moved its bytes");
 }
+
+/// A tenant whose messages all completed before it left still has in the
+/// NIC the zero-weight WRs after its last chunk: executed, unsignaled, with
+/// no CQE of their own. The flush posts a signaled marker behind them
+/// (rdma-core's drain), whose flush CQE retires them: the tenant becomes
+/// idle and is removed. Without the marker it never became idle (the
+/// `serve` daemon kept such a client's tenant for good).
+#[test]
+fn a_tenant_that_finished_before_it_left_is_drained_by_its_flush_and_removed() {
+    let mut rig = Rig::new(22, POL, DataplaneConfig::default());
+    let a = rig.tenant("a", 2, 2 << 16);
+    let ta = rig.tenants[a].h.id;
+    let mut la = Ledger::default();
+    post_batch(&mut rig, &mut la, a, 2, 0, 20);
+    drive_until(&mut rig, &[(a, la.len())]);
+    la.check(&rig.tenants[a].got, true).expect("everything completed, once, in order");
+    assert!(rig.tenants[a].got.iter().all(|c| c.status == WcStatus::Success));
+    assert!(!rig.dp.tenant_idle(ta), "the zero-weight WRs after its last chunk are still posted");
+    rig.dp.flush_tenant(ta).expect("flush");
+    let deadline = rig.now_ns() + 10_000_000;
+    rig.drive(deadline, |r| (!r.dp.tenant_idle(ta)).then_some(r.now_ns() + 10_000));
+    assert!(rig.dp.tenant_idle(ta), "the flush drained the tenant");
+    assert_eq!(rig.tenants[a].got.len(), la.len(), "the drain marker is no application completion");
+    rig.dp.remove_tenant(ta).expect("removed");
+    assert_eq!(rig.dp.tenant_count(), 0);
+}
