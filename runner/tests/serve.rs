@@ -782,10 +782,12 @@ fn perftest_clients_and_metrics() {
         let n: f64 = args[args.iter().position(|a| *a == "-n").expect("-n") + 1].parse().expect("-n N");
         assert!(rows.len() == 1 && rows[0][1] == n, "{args:?}:\n{out}");
     }
-    // Every tenant's counters, and the loop's, after they left. (With a
-    // 20 s wait this once found the bulk tenant still present, in a CI
-    // run on a machine loaded by other builds; not seen in five runs
-    // since. The longer wait tells slowness from a tenant never removed.)
+    // Every tenant's counters, and the loop's, after they left. (This
+    // found the bulk tenant still present, twice, on a loaded machine:
+    // its QPs' stream had ended on unsignaled zero-weight WRs, which no
+    // CQE retired, and the daemon tried its removal once. The flush's
+    // drain marker and the daemon's retries fixed it; the wait tells
+    // slowness from a tenant never removed.)
     let end = Instant::now() + Duration::from_secs(60);
     let after = loop {
         let m = samples(&scrape(&addr));
