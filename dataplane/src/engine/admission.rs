@@ -305,12 +305,8 @@ impl<R: Rnic> Dataplane<R> {
             if q.unsignaled_bytes == 0 || q.failed {
                 continue;
             }
-            let mut specs = std::mem::take(&mut self.specs);
-            specs.clear();
-            specs.push(WqeSpec::zero_weight(self.zw_cq, true));
-            self.specs = specs;
             self.counters.cover_signals += 1;
-            did |= self.post_specs(qi)?;
+            did |= self.post_signaled_zero_weight(qi)?;
             let q = &mut self.qps[qi];
             q.since_signal = 0;
             self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);

@@ -247,6 +247,17 @@ impl<R: Rnic> Dataplane<R> {
         Ok(self.post_specs(qi)? | held)
     }
 
+    /// Posts one signaled zero-weight WR on QP `qi`: its CQE retires the
+    /// QP's WQEs posted before it (a cover signal for unsignaled chunks, a
+    /// flushed QP's drain marker). Returns whether it was posted.
+    pub(super) fn post_signaled_zero_weight(&mut self, qi: usize) -> Result<bool, RnicError> {
+        let mut specs = std::mem::take(&mut self.specs);
+        specs.clear();
+        specs.push(WqeSpec::zero_weight(self.zw_cq, true));
+        self.specs = specs;
+        self.post_specs(qi)
+    }
+
     /// Posts the WQEs built in `self.specs` to QP `qi` as one post list.
     pub(super) fn post_specs(&mut self, qi: usize) -> Result<bool, RnicError> {
         let mut specs = std::mem::take(&mut self.specs);

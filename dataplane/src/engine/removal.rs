@@ -48,30 +48,21 @@ impl<R: Rnic> Dataplane<R> {
             if !self.qps[qi].failed {
                 self.fail_qp(qi, Some(WcStatus::WrFlushErr));
             }
+            // The drain marker (rdma-core's `ib_drain_sq`): the QP is in
+            // the error state, so the NIC completes it at once with a flush
+            // error, after whatever it still flushes of the QP, and its CQE
+            // retires every WQE posted before it. WQEs that completed
+            // unsignaled before the error give no CQE of their own: a
+            // stream that ended on unsignaled zero-weight WRs kept them
+            // posted for good, and its tenant never became idle (the
+            // `serve` test's bulk client, on a loaded machine).
             if !self.qps[qi].posted.is_empty() {
-                if let Err(e) = self.post_drain_marker(qi) {
+                if let Err(e) = self.post_signaled_zero_weight(qi) {
                     first_error.get_or_insert(e);
                 }
             }
         }
         first_error.map_or(Ok(()), |e| Err(e.into()))
-    }
-
-    /// Posts a signaled zero-weight WR to QP `qi`, whose NIC QP is in the
-    /// error state: the NIC completes it at once with a flush error, after
-    /// whatever it still flushes of the QP, and its CQE retires every WQE
-    /// posted before it (rdma-core's `ib_drain_sq`). WQEs that completed
-    /// unsignaled before the error give no CQE of their own: a stream that
-    /// ended on unsignaled zero-weight WRs kept them posted for good, and
-    /// its tenant never became idle (the `serve` test's bulk client, on a
-    /// loaded machine).
-    fn post_drain_marker(&mut self, qi: usize) -> Result<(), RnicError> {
-        let mut specs = std::mem::take(&mut self.specs);
-        specs.clear();
-        specs.push(super::split::WqeSpec::zero_weight(self.zw_cq, true));
-        self.specs = specs;
-        self.post_specs(qi)?;
-        Ok(())
     }
 
     /// Whether tenant `t` has nothing left anywhere: nothing in the NIC,

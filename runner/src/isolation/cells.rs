@@ -32,7 +32,8 @@ pub(super) struct Shape {
     pub(super) rate_per_s: Option<f64>,
 }
 
-fn shape(name: &str, kind: Kind, op: TestOp, size: u32, qps: u32, depth: u32, pl: u32) -> Shape {
+/// A shape of one fixed message size and no arrival rate.
+pub(super) fn shape(name: &str, kind: Kind, op: TestOp, size: u32, qps: u32, depth: u32, pl: u32) -> Shape {
     Shape {
         name: name.to_string(),
         kind,

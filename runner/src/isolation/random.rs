@@ -31,7 +31,7 @@ use perf_dataplane::traffic::TestOp;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use super::cells::{spec, Cell, Shape};
+use super::cells::{shape, spec, Cell, Shape};
 use crate::scenario::{Kind, Scenario, SizeDist};
 
 /// Most bytes an attacker keeps outstanding (QPs x depth x largest size).
@@ -127,32 +127,15 @@ impl Draw {
         match self.pick(&[7, 10, 3]) {
             0 => {
                 let size = self.size(8, 64 << 10);
-                Shape {
-                    name: format!("lat-{}-{}", op_name(op), size_name(size)),
-                    kind: Kind::Lat,
-                    op,
-                    sizes: SizeDist::Fixed(size),
-                    qps: 1,
-                    depth: 1,
-                    post_list: 1,
-                    rate_per_s: None,
-                }
+                shape(&format!("lat-{}-{}", op_name(op), size_name(size)), Kind::Lat, op, size, 1, 1, 1)
             }
             1 => {
                 let size = self.size(8, 1 << 20);
                 let qps = self.log_uniform(1, 16);
                 let depth = self.log_uniform(1, 32);
                 let post_list = self.post_list(depth);
-                Shape {
-                    name: stream_name("bw-", op, &size_name(size), qps, depth, post_list),
-                    kind: Kind::Bw,
-                    op,
-                    sizes: SizeDist::Fixed(size),
-                    qps,
-                    depth,
-                    post_list,
-                    rate_per_s: None,
-                }
+                let name = stream_name("bw-", op, &size_name(size), qps, depth, post_list);
+                shape(&name, Kind::Bw, op, size, qps, depth, post_list)
             }
             _ => {
                 let size = self.size(8, 16 << 10);
@@ -160,16 +143,8 @@ impl Draw {
                 // 2% to 20% of a 100 Gb/s link, payload and headers.
                 let share = 0.02 + 0.18 * self.unit();
                 let rate = (share * 12.5e9 / (size as f64 + 86.0)).min(1e6).round().max(1.0);
-                Shape {
-                    name: format!("open-{}-{}-{}q-r{}k", op_name(op), size_name(size), qps, (rate / 1e3).round()),
-                    kind: Kind::Open,
-                    op,
-                    sizes: SizeDist::Fixed(size),
-                    qps,
-                    depth: 16,
-                    post_list: 1,
-                    rate_per_s: Some(rate),
-                }
+                let name = format!("open-{}-{}-{}q-r{}k", op_name(op), size_name(size), qps, (rate / 1e3).round());
+                Shape { rate_per_s: Some(rate), ..shape(&name, Kind::Open, op, size, qps, 16, 1) }
             }
         }
     }
@@ -207,16 +182,8 @@ impl Draw {
             qps /= 2;
         }
         let post_list = self.post_list(depth);
-        Shape {
-            name: stream_name("", op, &label, qps, depth, post_list),
-            kind: Kind::Bw,
-            op,
-            sizes,
-            qps,
-            depth,
-            post_list,
-            rate_per_s: None,
-        }
+        let name = stream_name("", op, &label, qps, depth, post_list);
+        Shape { sizes, ..shape(&name, Kind::Bw, op, largest as u32, qps, depth, post_list) }
     }
 }
 
