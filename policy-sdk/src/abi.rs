@@ -26,9 +26,10 @@
 //! - the **control block** (ABI 1.5, optional export [`CONTROL_EXPORT`]):
 //!   one [`Control`] ([`CONTROL_SIZE`] bytes), owned by the guest, which
 //!   the SDK's glue rewrites after `perf_init`, each `perf_set_param` and
-//!   each `perf_on_tick`: the tick interval and the module's
-//!   [`RequestCalls`] declaration. The host reads it after those calls
-//!   instead of calling `perf_tick_interval_ns`.
+//!   each `perf_on_tick`: the tick interval, the module's
+//!   [`RequestCalls`] declaration and (ABI 1.6, zero before) the
+//!   [`ZeroWeightOp`] its zero-weight WRs are. The host reads it after
+//!   those calls instead of calling `perf_tick_interval_ns`.
 //!
 //! **Resident tables (ABI 1.5).** For a module of ABI 1.5 or later the
 //! stats and plans buffers are resident: the host rewrites only the
@@ -43,7 +44,9 @@
 //! The layouts are those of the `#[repr(C)]` types on wasm32 (checked at
 //! compile time below, on every target), so the guest reads them in place.
 
-use crate::{Pacing, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats};
+use crate::{
+    Pacing, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats, ZeroWeightOp,
+};
 use core::mem::{align_of, offset_of, size_of};
 
 /// Most tenants one `perf_on_tick` call carries: the buffers hold this many
@@ -87,6 +90,9 @@ pub const CONTROL_EXPORT: &str = "perf_control_ptr";
 pub const CONTROL_SIZE: usize = 16;
 /// The ABI minor version that introduced [`CONTROL_EXPORT`].
 pub const CONTROL_MINOR: u16 = 5;
+/// The ABI minor version from which the control block's last word is
+/// [`Control::zero_weight_op`] (it was reserved before).
+pub const ZERO_WEIGHT_OP_MINOR: u16 = 6;
 /// Size in bytes of one [`RequestInfo`] record.
 pub const REQUEST_SIZE: usize = 24;
 /// Offset of the tenant plan inside the request slot.
@@ -180,6 +186,19 @@ pub enum ControlError {
     BadTickInterval(u64),
     /// `request_calls` holds no [`RequestCalls`].
     BadRequestCalls(u32),
+    /// `zero_weight_op` holds no [`ZeroWeightOp`].
+    BadZeroWeightOp(u32),
+}
+
+/// What a module's control block declares (decoded and checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    /// The tick interval, ns (positive).
+    pub tick_interval_ns: u64,
+    /// Which requests need `perf_on_request`.
+    pub request_calls: RequestCalls,
+    /// The WQE its zero-weight WRs are.
+    pub zero_weight_op: ZeroWeightOp,
 }
 
 /// The control block (ABI 1.5, [`CONTROL_EXPORT`]): what the module says
@@ -192,19 +211,19 @@ pub struct Control {
     pub tick_interval_ns: u64,
     /// `Policy::request_calls`, as [`RequestCalls::to_word`].
     pub request_calls: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// `Policy::zero_weight_op`, as [`ZeroWeightOp::to_word`] (ABI 1.6;
+    /// zero, a WAIT, before).
+    pub zero_weight_op: u32,
 }
 
 impl Control {
     /// A block before the glue first writes it: an interval of 0, which
     /// the host refuses.
-    pub const EMPTY: Control = Control { tick_interval_ns: 0, request_calls: 0, reserved: 0 };
+    pub const EMPTY: Control = Control { tick_interval_ns: 0, request_calls: 0, zero_weight_op: 0 };
 }
 
-/// Reads the control block from the first [`CONTROL_SIZE`] bytes of `b`:
-/// the tick interval (ns, positive) and the request-call declaration.
-pub fn decode_control(b: &[u8]) -> Result<(u64, RequestCalls), ControlError> {
+/// Reads the control block from the first [`CONTROL_SIZE`] bytes of `b`.
+pub fn decode_control(b: &[u8]) -> Result<Declared, ControlError> {
     if b.len() < CONTROL_SIZE {
         return Err(ControlError::Short);
     }
@@ -213,17 +232,20 @@ pub fn decode_control(b: &[u8]) -> Result<(u64, RequestCalls), ControlError> {
         return Err(ControlError::BadTickInterval(tick));
     }
     let w = get_u32(b, offset_of!(Control, request_calls));
-    let calls = RequestCalls::from_word(w).ok_or(ControlError::BadRequestCalls(w))?;
-    Ok((tick, calls))
+    let request_calls = RequestCalls::from_word(w).ok_or(ControlError::BadRequestCalls(w))?;
+    let z = get_u32(b, offset_of!(Control, zero_weight_op));
+    let zero_weight_op = ZeroWeightOp::from_word(z).ok_or(ControlError::BadZeroWeightOp(z))?;
+    Ok(Declared { tick_interval_ns: tick, request_calls, zero_weight_op })
 }
 
-/// Writes a control block of `tick_interval_ns` and `calls` into the
-/// first [`CONTROL_SIZE`] bytes of `b` (panics if shorter).
-pub fn encode_control(tick_interval_ns: u64, calls: RequestCalls, b: &mut [u8]) {
+/// Writes the control block of `d` into the first [`CONTROL_SIZE`] bytes
+/// of `b` (panics if shorter).
+pub fn encode_control(d: &Declared, b: &mut [u8]) {
     let b = &mut b[..CONTROL_SIZE];
     b.fill(0);
-    put_u64(b, offset_of!(Control, tick_interval_ns), tick_interval_ns);
-    put_u32(b, offset_of!(Control, request_calls), calls.to_word());
+    put_u64(b, offset_of!(Control, tick_interval_ns), d.tick_interval_ns);
+    put_u32(b, offset_of!(Control, request_calls), d.request_calls.to_word());
+    put_u32(b, offset_of!(Control, zero_weight_op), d.zero_weight_op.to_word());
 }
 
 /// Reads a [`Pacing`] record from the first [`PACING_SIZE`] bytes of `b`
@@ -451,6 +473,11 @@ mod tests {
     #[test]
     fn the_control_block_round_trips_and_refuses_nonsense() {
         let mut b = [0xAAu8; CONTROL_SIZE];
+        let declared = |tick_interval_ns, request_calls| Declared {
+            tick_interval_ns,
+            request_calls,
+            zero_weight_op: ZeroWeightOp::Wait,
+        };
         for calls in [
             RequestCalls::Every,
             RequestCalls::Plan { sends: false },
@@ -458,16 +485,25 @@ mod tests {
             RequestCalls::PlanExceptShort { sends: false },
             RequestCalls::PlanExceptShort { sends: true },
         ] {
-            encode_control(1_000_000, calls, &mut b);
-            assert_eq!(decode_control(&b), Ok((1_000_000, calls)));
+            for op in [ZeroWeightOp::Wait, ZeroWeightOp::Nop] {
+                let d = Declared { zero_weight_op: op, ..declared(1_000_000, calls) };
+                encode_control(&d, &mut b);
+                assert_eq!(decode_control(&b), Ok(d));
+                assert_eq!(ZeroWeightOp::from_word(op.to_word()), Some(op));
+            }
             assert_eq!(RequestCalls::from_word(calls.to_word()), Some(calls));
         }
-        assert_eq!(&b[12..16], &[0; 4], "reserved is zeroed");
-        encode_control(0, RequestCalls::Every, &mut b);
+        // A 1.5 module's block (its last word was reserved, zero) declares WAITs.
+        encode_control(&declared(10, RequestCalls::Every), &mut b);
+        assert_eq!(&b[12..16], &[0; 4], "a WAIT is zero");
+        assert_eq!(decode_control(&b).map(|d| d.zero_weight_op), Ok(ZeroWeightOp::Wait));
+        b[12..16].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(decode_control(&b), Err(ControlError::BadZeroWeightOp(2)));
+        encode_control(&declared(0, RequestCalls::Every), &mut b);
         assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(0)));
-        encode_control(1 << 63, RequestCalls::Every, &mut b);
+        encode_control(&declared(1 << 63, RequestCalls::Every), &mut b);
         assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(1 << 63)));
-        encode_control(10, RequestCalls::Every, &mut b);
+        encode_control(&declared(10, RequestCalls::Every), &mut b);
         for w in [2u32, 4, 6, 8, 1 << 31, 9] {
             b[8..12].copy_from_slice(&w.to_le_bytes());
             assert_eq!(decode_control(&b), Err(ControlError::BadRequestCalls(w)), "{w:#x}");

@@ -70,10 +70,13 @@ fn buffers() -> &'static mut Buffers {
     unsafe { &mut *BUFFERS.0.get() }
 }
 
-/// Rewrites the control block (ABI 1.5) from `p`.
+/// Rewrites the control block (ABI 1.5, the zero-weight op 1.6) from `p`.
 fn refresh_control<T: Policy>(p: &T, control: &mut Control) {
-    *control =
-        Control { tick_interval_ns: p.tick_interval_ns(), request_calls: p.request_calls().to_word(), reserved: 0 };
+    *control = Control {
+        tick_interval_ns: p.tick_interval_ns(),
+        request_calls: p.request_calls().to_word(),
+        zero_weight_op: p.zero_weight_op().to_word(),
+    };
 }
 
 /// `perf_init`: (re)creates the policy and writes the control block; 0.

@@ -59,7 +59,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 5);
+pub const ABI_VERSION: (u16, u16) = (1, 6);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -417,6 +417,45 @@ pub fn parse_param_min<T: core::str::FromStr + PartialOrd>(value: &str, min: T) 
     parse_param(value).and_then(|v| if v >= min { Ok(v) } else { Err(ParamError::BadValue) })
 }
 
+/// Which WQE a zero-weight WR is (ABI 1.6; [`Policy::zero_weight_op`]).
+/// Both carry no payload and take a turn of the NIC's send scheduler,
+/// which is what a zero-weight WR is for; they differ in what the NIC may
+/// do past them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZeroWeightOp {
+    /// A WAIT on an always-satisfied CQ (count 0), as PeRF posts it
+    /// (`IBV_EXP_WR_CQE_WAIT`): the default, and every module before ABI
+    /// 1.6. The NIC processes nothing of the QP past a WAIT before the
+    /// WAIT executes, so the next chunk's WQE fetch and payload DMA wait
+    /// for the WAIT's turn.
+    #[default]
+    Wait,
+    /// A NOP (`IBV_EXP_WR_NOP` in MLNX_OFED's experimental verbs, the
+    /// same release as the cross-channel WAIT; mlx5's `MLX5_OPCODE_NOP`):
+    /// it waits on nothing, so the NIC processes and fetches the next
+    /// chunk while the NOP waits for its turn.
+    Nop,
+}
+
+impl ZeroWeightOp {
+    /// The wire value (the control block's `zero_weight_op`, ABI 1.6).
+    pub const fn to_word(self) -> u32 {
+        match self {
+            ZeroWeightOp::Wait => 0,
+            ZeroWeightOp::Nop => 1,
+        }
+    }
+
+    /// The op of wire value `w`, if it is one.
+    pub const fn from_word(w: u32) -> Option<ZeroWeightOp> {
+        match w {
+            0 => Some(ZeroWeightOp::Wait),
+            1 => Some(ZeroWeightOp::Nop),
+            _ => None,
+        }
+    }
+}
+
 /// Which requests the host calls [`Policy::on_request`] for (ABI 1.5;
 /// [`Policy::request_calls`]). For the others the host answers itself
 /// from the tenant's plan, by the plan rule ([`RequestCalls::answer`]): a
@@ -560,6 +599,13 @@ pub trait Policy {
     /// each tick; it must hold for the policy's `on_request` from then on.
     fn request_calls(&self) -> RequestCalls {
         RequestCalls::Every
+    }
+
+    /// Which WQE the host posts as this policy's zero-weight WRs (ABI 1.6;
+    /// a module before it gets [`ZeroWeightOp::Wait`]). Read at the same
+    /// times as [`Policy::request_calls`]. Default: [`ZeroWeightOp::Wait`].
+    fn zero_weight_op(&self) -> ZeroWeightOp {
+        ZeroWeightOp::Wait
     }
 }
 

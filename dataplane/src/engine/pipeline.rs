@@ -12,14 +12,22 @@
 //! construction, on any NIC and loop, instead of resting on a window size
 //! tuned for one.
 //!
-//! The delay is sampled from WQEs posted while no other windowed WQE of
-//! their direction was in flight (the pipeline empty: at the start of
-//! every run, and whenever the windowed tenants go quiet): the time from
+//! The delay is sampled from WQEs posted while at most a kilobyte of other
+//! windowed WQEs of their direction was in flight (the pipeline empty but
+//! for a few small messages: at the start of every run, and whenever the
+//! backlogged tenants go quiet): the time from
 //! the post to the completion, less the time the link took to send the
 //! WQE's own bytes and those of the other windowed WQEs that completed
 //! meanwhile (posted after it, they may have taken turns before it in the
 //! NIC's round robin). The least sample is kept: queueing behind traffic
 //! that is not windowed only lengthens a sample.
+//!
+//! WQEs whose payload the NIC fetches by DMA and inline ones are timed
+//! apart, and the floor is the longer product: an inline WQE skips the
+//! payload fetch (450 ns on `cx6-100g`), so a floor timed on a small
+//! inline message alone was 5.6 KB short for the chunks beside it, and a
+//! stream of 4 KiB chunks on one QP held to it made 81 Gb/s beside 9 B
+//! WRITEs on 7 QPs (93 Gb/s on the floor timed on its own chunks).
 
 /// The share of the link the floor keeps busy: the contract's bar for
 /// work conservation (`docs/isolation.md`: a policy keeps at least 0.95 of
@@ -34,10 +42,13 @@ pub(super) const FLOOR_UTILIZATION: f64 = 0.95;
 /// sample in flight.
 #[derive(Debug, Default)]
 pub(super) struct Pipeline {
-    /// The least delay seen per direction, ns (`None` before a sample).
-    delay_ns: [Option<u64>; 2],
-    /// The WQE being timed per direction.
-    probe: [Option<Probe>; 2],
+    /// The least delay seen per direction, ns (`None` before a sample),
+    /// of inline WQEs (`[dir][0]`) and of WQEs with a payload to fetch
+    /// (`[dir][1]`).
+    delay_ns: [[Option<u64>; 2]; 2],
+    /// The WQE being timed per direction, inline (`[dir][0]`) and fetched
+    /// (`[dir][1]`).
+    probe: [[Option<Probe>; 2]; 2],
     /// The most windowed bytes one completion gave back per direction
     /// (a signaled WQE retires its QP's unsignaled ones before it), since
     /// the last policy tick and in the tick before (`[now, before]`).
@@ -55,18 +66,28 @@ struct Probe {
     others: u64,
 }
 
+/// Most windowed bytes in flight ahead of a WQE that is still timed: their
+/// wire time (82 ns at 100 Gb/s) bounds what they can take off the sample
+/// (it subtracts the wire time of the WQEs that complete before it, which
+/// may have been on the wire while it was fetched). Small messages always
+/// in flight (a few ping-pongs) would otherwise keep every chunk beside
+/// them from being timed.
+const PROBE_AHEAD_BYTES: u64 = 1024;
+
 impl Pipeline {
-    /// A data WQE of `bytes` (its window charge) posted at `posted_ns` as
-    /// QP `qp`'s sequence number `seq`, with `ahead` windowed bytes of its
-    /// direction in flight before it.
-    pub(super) fn posted(&mut self, read: bool, qp: usize, seq: u64, posted_ns: u64, bytes: u64, ahead: u64) {
-        let dir = read as usize;
-        if ahead == 0 {
-            // An earlier probe of this direction has retired (it was in
-            // flight under the window, and nothing is now), or was never
-            // posted: this one replaces it.
-            self.probe[dir] = Some(Probe { qp, seq, posted_ns, bytes, others: 0 });
+    /// A data WQE posted at `posted_ns` with `ahead` windowed bytes of its
+    /// direction in flight before it. Returns whether it is timed (it then
+    /// needs a completion of its own).
+    pub(super) fn posted(&mut self, wqe: PostedWqe, posted_ns: u64, ahead: u64) -> bool {
+        if ahead > PROBE_AHEAD_BYTES {
+            return false;
         }
+        // An earlier probe of this kind has retired or is one of the few
+        // bytes ahead (it may then go untimed), or was never posted: this
+        // one replaces it.
+        let PostedWqe { read, qp, seq, bytes, fetched } = wqe;
+        self.probe[read as usize][fetched as usize] = Some(Probe { qp, seq, posted_ns, bytes, others: 0 });
+        true
     }
 
     /// QP `qp`'s WQE `seq` completed successfully, seen at `now_ns`, on a
@@ -77,18 +98,20 @@ impl Pipeline {
             l[0] = l[0].max(r);
         }
         for (dir, released) in released.into_iter().enumerate() {
-            let Some(p) = self.probe[dir].as_mut() else { continue };
-            if (p.qp, p.seq) != (qp, seq) {
-                p.others += released;
-                continue;
+            for fetched in 0..2 {
+                let Some(p) = self.probe[dir][fetched].as_mut() else { continue };
+                if (p.qp, p.seq) != (qp, seq) {
+                    p.others += released;
+                    continue;
+                }
+                let p = *p;
+                self.probe[dir][fetched] = None;
+                let wire_bytes = p.bytes + p.others;
+                let on_wire_ns = (wire_bytes as f64 / link_bytes_per_ns.max(f64::MIN_POSITIVE)) as u64;
+                let delay = now_ns.saturating_sub(p.posted_ns).saturating_sub(on_wire_ns);
+                let least = &mut self.delay_ns[dir][fetched];
+                *least = Some(least.map_or(delay, |d| d.min(delay)));
             }
-            let p = *p;
-            self.probe[dir] = None;
-            let wire_bytes = p.bytes + p.others;
-            let on_wire_ns = (wire_bytes as f64 / link_bytes_per_ns.max(f64::MIN_POSITIVE)) as u64;
-            let delay = now_ns.saturating_sub(p.posted_ns).saturating_sub(on_wire_ns);
-            let least = &mut self.delay_ns[dir];
-            *least = Some(least.map_or(delay, |d| d.min(delay)));
         }
     }
 
@@ -107,15 +130,37 @@ impl Pipeline {
     /// completions travel); 0 before the delay was measured.
     pub(super) fn floor_bytes(&self, read: bool, link_bytes_per_ns: f64) -> u64 {
         let dir = read as usize;
-        let Some(delay) = self.delay_ns[dir] else { return 0 };
+        let Some(delay) = self.delay(dir) else { return 0 };
         let largest = self.largest[dir][0].max(self.largest[dir][1]);
         (FLOOR_UTILIZATION * (link_bytes_per_ns * delay as f64 + largest as f64)) as u64
     }
 
-    /// The measured delays, ns (for reports and tests).
-    pub(super) fn delay_ns(&self) -> [Option<u64>; 2] {
-        self.delay_ns
+    /// The delay the floor rests on in direction `dir`: the longer of the
+    /// inline and the fetched WQEs' least delays.
+    fn delay(&self, dir: usize) -> Option<u64> {
+        let [inline, fetched] = self.delay_ns[dir];
+        inline.max(fetched)
     }
+
+    /// The measured delays the floors rest on, ns (for reports and tests).
+    pub(super) fn delay_ns(&self) -> [Option<u64>; 2] {
+        [self.delay(0), self.delay(1)]
+    }
+}
+
+/// A windowed data WQE as [`Pipeline::posted`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PostedWqe {
+    /// A READ (its response is on the responder's wire).
+    pub read: bool,
+    /// Its QP.
+    pub qp: usize,
+    /// Its sequence number on the QP.
+    pub seq: u64,
+    /// Its window charge, bytes.
+    pub bytes: u64,
+    /// Whether the NIC fetches its payload (it is not inline).
+    pub fetched: bool,
 }
 
 #[cfg(test)]
@@ -126,25 +171,29 @@ mod tests {
         (FLOOR_UTILIZATION * bytes as f64) as u64
     }
 
+    fn wqe(read: bool, qp: usize, seq: u64, bytes: u64, fetched: bool) -> PostedWqe {
+        PostedWqe { read, qp, seq, bytes, fetched }
+    }
+
     #[test]
     fn the_floor_is_the_least_delay_times_the_link_plus_the_most_one_completion_gave_back() {
         let mut p = Pipeline::default();
         assert_eq!(p.floor_bytes(false, 12.5), 0);
         // Posted into an empty pipeline: timed. 8192 B at 12.5 B/ns is
         // 655 ns on the wire, so 2655 ns is 2000 ns of delay.
-        p.posted(false, 3, 10, 1000, 8192, 0);
+        p.posted(wqe(false, 3, 10, 8192, true), 1000, 0);
         p.completed(3, 10, 3655, 12.5, [8192, 0]);
         assert_eq!(p.delay_ns(), [Some(2000), None]);
         assert_eq!(p.floor_bytes(false, 12.5), floor(25_000 + 8192));
         // Posted behind others: not timed (its wait is queueing).
-        p.posted(false, 3, 11, 4000, 8192, 8192);
+        p.posted(wqe(false, 3, 11, 8192, true), 4000, 8192);
         p.completed(3, 11, 9000, 12.5, [8192, 0]);
         assert_eq!(p.delay_ns()[0], Some(2000));
         // A shorter sample lowers it; a longer one does not raise it.
-        p.posted(false, 4, 0, 10_000, 64, 0);
+        p.posted(wqe(false, 4, 0, 64, true), 10_000, 0);
         p.completed(4, 0, 11_505, 12.5, [64, 0]);
         assert_eq!(p.delay_ns()[0], Some(1500));
-        p.posted(false, 4, 1, 20_000, 64, 0);
+        p.posted(wqe(false, 4, 1, 64, true), 20_000, 0);
         p.completed(4, 1, 30_000, 12.5, [64, 0]);
         assert_eq!(p.delay_ns()[0], Some(1500));
         // The most given back at once is remembered for a tick and the
@@ -157,9 +206,27 @@ mod tests {
         assert_eq!(p.floor_bytes(true, 12.5), 0);
         // WQEs posted after a probe that complete before it took the wire
         // from it: their time is not the pipeline's.
-        p.posted(false, 5, 0, 40_000, 64, 0);
+        p.posted(wqe(false, 5, 0, 64, true), 40_000, 0);
         p.completed(6, 0, 41_000, 12.5, [12_500, 0]);
         p.completed(5, 0, 42_405, 12.5, [64, 0]);
         assert_eq!(p.delay_ns()[0], Some(1400));
+    }
+
+    #[test]
+    fn the_floor_rests_on_the_longer_of_the_inline_and_the_fetched_delays() {
+        let mut p = Pipeline::default();
+        // A 16 B inline WRITE alone: 1500 ns.
+        p.posted(wqe(false, 1, 0, 112, false), 0, 0);
+        p.completed(1, 0, 1508, 12.5, [112, 0]);
+        assert_eq!(p.delay_ns()[0], Some(1500));
+        // A chunk whose payload the NIC fetches takes longer; it sets the
+        // floor even though its delay is not the least.
+        p.posted(wqe(false, 2, 0, 2048, true), 10_000, 0);
+        p.completed(2, 0, 12_163, 12.5, [2048, 0]);
+        assert_eq!(p.delay_ns()[0], Some(2000));
+        // A shorter inline sample does not lower it.
+        p.posted(wqe(false, 1, 1, 112, false), 20_000, 0);
+        p.completed(1, 1, 21_209, 12.5, [112, 0]);
+        assert_eq!(p.delay_ns()[0], Some(2000));
     }
 }

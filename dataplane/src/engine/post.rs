@@ -9,6 +9,7 @@
 
 use super::active_set::quantum_hit;
 use super::admission::WindowedStep;
+use super::pipeline::PostedWqe;
 use super::*;
 
 impl<R: Rnic> Dataplane<R> {
@@ -62,7 +63,7 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn post_qp(&mut self, qi: usize, allowed: bool, now: u64, max_chunks: u32) -> Result<bool, RnicError> {
         let depth = self.cfg.sq_depth;
         let signal_every = (depth / 4).max(1);
-        let zw_cq = self.zw_cq;
+        let zero_weight = self.zero_weight_opcode();
         let turn_bytes = self.wqe_turn_bytes;
         let t = self.qps[qi].tenant as usize;
         let pcq_ops = self.tenants[t].pcq.as_ref().map(|p| (p.release(), p.cq));
@@ -200,7 +201,7 @@ impl<R: Rnic> Dataplane<R> {
             let before = specs.len();
             let since_before = q.since_signal;
             let mut sink =
-                WqeSink { zw_cq, signal_every, since_signal: &mut q.since_signal, out: &mut specs, turn_bytes };
+                WqeSink { zero_weight, signal_every, since_signal: &mut q.since_signal, out: &mut specs, turn_bytes };
             match emit_chunk(cur, room, &mut sink) {
                 None => {
                     if cq_bound {
@@ -216,12 +217,13 @@ impl<R: Rnic> Dataplane<R> {
                     let bytes: u64 = specs[before..].iter().filter_map(|s| s.sge).map(|g| g.length as u64).sum();
                     self.tenants[t].bucket.take(bytes);
                     let mut probe = false;
-                    if let Some(c) = specs.get(before).map(|s| s.charge) {
+                    if let Some((c, inline)) = specs.get(before).map(|s| (s.charge, s.inline)) {
                         if plan.windowed() && c.bytes > 0 {
                             let ahead = self.windowed_inflight[c.read as usize];
                             let seq = q.next_seq + before as u64;
-                            self.pipeline.posted(c.read, qi, seq, now, c.bytes as u64, ahead);
-                            probe = ahead == 0;
+                            let fetched = !inline && !c.read;
+                            let wqe = PostedWqe { read: c.read, qp: qi, seq, bytes: c.bytes as u64, fetched };
+                            probe = self.pipeline.posted(wqe, now, ahead);
                         }
                         self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
                     }
@@ -247,13 +249,18 @@ impl<R: Rnic> Dataplane<R> {
         Ok(self.post_specs(qi)? | held)
     }
 
+    /// The zero-weight WR the running policy asks for (ABI 1.6).
+    pub(super) fn zero_weight_opcode(&self) -> WrOpcode {
+        split::zero_weight(self.policy.zero_weight_op(), self.zw_cq)
+    }
+
     /// Posts one signaled zero-weight WR on QP `qi`: its CQE retires the
     /// QP's WQEs posted before it (a cover signal for unsignaled chunks, a
     /// flushed QP's drain marker). Returns whether it was posted.
     pub(super) fn post_signaled_zero_weight(&mut self, qi: usize) -> Result<bool, RnicError> {
         let mut specs = std::mem::take(&mut self.specs);
         specs.clear();
-        specs.push(WqeSpec::zero_weight(self.zw_cq, true));
+        specs.push(WqeSpec::zero_weight(self.zero_weight_opcode(), true));
         self.specs = specs;
         self.post_specs(qi)
     }
@@ -337,7 +344,7 @@ impl<R: Rnic> Dataplane<R> {
             q.posted.push_back((base + k as u64, s.meta, s.charge));
             if s.sge.is_some() {
                 self.counters.data_wqes += 1;
-            } else if matches!(s.opcode, WrOpcode::Wait { cq, count: 0 } if cq == zw_cq) {
+            } else if split::is_zero_weight(&s.opcode, zw_cq) {
                 self.counters.zero_weight_wrs += 1;
             }
         }

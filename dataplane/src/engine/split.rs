@@ -9,6 +9,7 @@ use super::qp::{Cursor, Meta, WindowCharge};
 use super::rendezvous::RecordWrite;
 use super::tenant::RequestOp;
 use crate::rnic::{CqHandle, RemoteAddr, Sge, WrOpcode};
+use perf_policy_sdk::ZeroWeightOp;
 
 /// One WQE to post, owning what it needs.
 #[derive(Debug, Clone, Copy)]
@@ -27,9 +28,18 @@ pub(crate) struct WqeSpec {
 /// applications do for small messages (saves the NIC's payload DMA read).
 pub(crate) const INLINE_MAX: u32 = 64;
 
-/// The zero-weight WR: a WAIT on an always-satisfied CQ.
-pub(crate) fn zero_weight(zw_cq: CqHandle) -> WrOpcode {
-    WrOpcode::Wait { cq: zw_cq, count: 0 }
+/// The zero-weight WR the policy asked for: a WAIT on the always-satisfied
+/// CQ `zw_cq`, or a NOP.
+pub(crate) fn zero_weight(op: ZeroWeightOp, zw_cq: CqHandle) -> WrOpcode {
+    match op {
+        ZeroWeightOp::Wait => WrOpcode::Wait { cq: zw_cq, count: 0 },
+        ZeroWeightOp::Nop => WrOpcode::Nop,
+    }
+}
+
+/// Whether `opcode` is a zero-weight WR (a NOP, or a WAIT on `zw_cq`).
+pub(crate) fn is_zero_weight(opcode: &WrOpcode, zw_cq: CqHandle) -> bool {
+    matches!(opcode, WrOpcode::Nop) || matches!(opcode, WrOpcode::Wait { cq, count: 0 } if *cq == zw_cq)
 }
 
 /// Whether an operation may be split into sub-requests.
@@ -43,9 +53,10 @@ fn offset_remote(r: RemoteAddr, by: u64) -> RemoteAddr {
 
 /// Where a QP's next WQEs go: the specs to post, with the QP's signaling
 /// state (a WQE is signaled at least every `signal_every` so that the send
-/// queue's slots come back) and the CQ its zero-weight WRs wait on.
+/// queue's slots come back) and its zero-weight WR.
 pub(crate) struct WqeSink<'a> {
-    pub zw_cq: CqHandle,
+    /// The zero-weight WR ([`zero_weight`]).
+    pub zero_weight: WrOpcode,
     pub signal_every: u32,
     /// WQEs posted since the last signaled one.
     pub since_signal: &'a mut u32,
@@ -75,7 +86,7 @@ impl WqeSink<'_> {
     /// Appends `zw` zero-weight WRs.
     fn push_zero_weight(&mut self, zw: u32) {
         for _ in 0..zw {
-            self.push(WqeSpec::zero_weight(self.zw_cq, false));
+            self.push(WqeSpec::zero_weight(self.zero_weight, false));
         }
     }
 
@@ -189,15 +200,8 @@ fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Optio
 }
 
 impl WqeSpec {
-    /// A zero-weight WR (a WAIT on the always-satisfied CQ `zw_cq`).
-    pub(crate) fn zero_weight(zw_cq: CqHandle, signaled: bool) -> WqeSpec {
-        WqeSpec {
-            opcode: zero_weight(zw_cq),
-            sge: None,
-            inline: false,
-            signaled,
-            meta: Meta::Hidden,
-            charge: WindowCharge::default(),
-        }
+    /// A zero-weight WR of `opcode` ([`zero_weight`]).
+    pub(crate) fn zero_weight(opcode: WrOpcode, signaled: bool) -> WqeSpec {
+        WqeSpec { opcode, sge: None, inline: false, signaled, meta: Meta::Hidden, charge: WindowCharge::default() }
     }
 }

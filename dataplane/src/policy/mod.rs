@@ -26,7 +26,7 @@ pub mod wasm;
 
 use perf_policy_sdk::{
     Pacing, ParamError, Policy, Rejection, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan,
-    TenantStats,
+    TenantStats, ZeroWeightOp,
 };
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
@@ -130,6 +130,8 @@ pub struct PolicyHost {
     /// Which requests the policy wants `on_request` for (read after
     /// creation, parameters and ticks).
     request_calls: RequestCalls,
+    /// Which WQE the policy's zero-weight WRs are (read with `request_calls`).
+    zero_weight_op: ZeroWeightOp,
 }
 
 impl PolicyHost {
@@ -149,6 +151,7 @@ impl PolicyHost {
             reset_pacing: false,
             wasm_tick_ns: passthrough::Passthrough.tick_interval_ns(),
             request_calls: RequestCalls::Every,
+            zero_weight_op: ZeroWeightOp::Wait,
         };
         h.refresh_tick();
         h
@@ -340,6 +343,7 @@ impl PolicyHost {
         self.exited = true;
         self.policy = Hosted::Native(Box::new(passthrough::Passthrough));
         self.request_calls = passthrough::Passthrough.request_calls();
+        self.zero_weight_op = passthrough::Passthrough.zero_weight_op();
         self.reset_plans = true;
         self.reset_pacing = true;
     }
@@ -377,13 +381,18 @@ impl PolicyHost {
     }
 
     /// Re-reads what the policy says of itself: a wasm policy's tick
-    /// interval (from its control block, ABI 1.5, else by a call), and
-    /// which requests need `on_request` ([`Policy::request_calls`]).
+    /// interval (from its control block, ABI 1.5, else by a call), which
+    /// requests need `on_request` ([`Policy::request_calls`]) and which WQE
+    /// its zero-weight WRs are ([`Policy::zero_weight_op`]).
     fn refresh_tick(&mut self) {
         match &mut self.policy {
-            Hosted::Native(p) => self.request_calls = p.request_calls(),
+            Hosted::Native(p) => {
+                self.request_calls = p.request_calls();
+                self.zero_weight_op = p.zero_weight_op();
+            }
             Hosted::Wasm(w) => {
                 self.request_calls = w.request_calls();
+                self.zero_weight_op = w.zero_weight_op();
                 if let Some(v) = w.declared_tick_interval_ns() {
                     self.wasm_tick_ns = v;
                     return;
@@ -400,6 +409,11 @@ impl PolicyHost {
     /// answers the others from the plan).
     pub fn request_calls(&self) -> RequestCalls {
         self.request_calls
+    }
+
+    /// Which WQE the running policy's zero-weight WRs are (ABI 1.6).
+    pub fn zero_weight_op(&self) -> ZeroWeightOp {
+        self.zero_weight_op
     }
 
     /// A tenant appeared.
@@ -459,6 +473,7 @@ impl PolicyHost {
             Hosted::Native(p) => {
                 p.on_tick(now_ns, stats, plans);
                 self.request_calls = p.request_calls();
+                self.zero_weight_op = p.zero_weight_op();
             }
             Hosted::Wasm(w) => {
                 let res =

@@ -24,12 +24,14 @@
 //!   then drops to the built-in `passthrough` and records an
 //!   [`ExitInfo`](super::ExitInfo).
 
+use std::mem::offset_of;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
 use perf_policy_sdk::{
-    Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ABI_VERSION,
+    Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ZeroWeightOp,
+    ABI_VERSION,
 };
 use wasmtime::{
     Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
@@ -422,7 +424,7 @@ pub struct WasmPolicy {
     control_ptr: Option<usize>,
     /// What the control block said at its last read: the tick interval
     /// and the request-call declaration.
-    control: Option<(u64, RequestCalls)>,
+    control: Option<abi::Declared>,
     /// The host's copy of the resident tables (ABI 1.5); `None` before.
     resident: Option<Box<Resident>>,
     max_tenants: usize,
@@ -848,7 +850,13 @@ impl WasmPolicy {
             .data(&self.store)
             .get(at..at.saturating_add(abi::CONTROL_SIZE))
             .ok_or_else(|| Fault::new(FaultKind::Marshal, "control block outside memory"))?;
-        let c = abi::decode_control(b)
+        let mut block = [0u8; abi::CONTROL_SIZE];
+        block.copy_from_slice(b);
+        if self.abi_version().1 < abi::ZERO_WEIGHT_OP_MINOR {
+            // The word was reserved before ABI 1.6: a WAIT whatever it holds.
+            block[offset_of!(abi::Control, zero_weight_op)..].fill(0);
+        }
+        let c = abi::decode_control(&block)
             .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("control block: {e:?}")))?;
         self.control = Some(c);
         Ok(())
@@ -858,14 +866,20 @@ impl WasmPolicy {
     /// control block (ABI 1.5) last said; [`RequestCalls::Every`] for a
     /// module without one.
     pub fn request_calls(&self) -> RequestCalls {
-        self.control.map_or(RequestCalls::Every, |c| c.1)
+        self.control.map_or(RequestCalls::Every, |c| c.request_calls)
+    }
+
+    /// Which WQE the module's zero-weight WRs are, as its control block
+    /// last said (ABI 1.6; a WAIT before, and without a control block).
+    pub fn zero_weight_op(&self) -> ZeroWeightOp {
+        self.control.map_or(ZeroWeightOp::Wait, |c| c.zero_weight_op)
     }
 
     /// The tick interval the control block (ABI 1.5) last gave, in ns
     /// (after the load, a parameter or a tick); `None` for a module
     /// without one (ask by a call: [`WasmPolicy::tick_interval_ns`]).
     pub fn declared_tick_interval_ns(&self) -> Option<u64> {
-        self.control.map(|c| c.0)
+        self.control.map(|c| c.tick_interval_ns)
     }
 
     /// Whether the module's stats and plans tables are resident (ABI 1.5):

@@ -26,3 +26,4 @@ mod tenant_removal;
 mod verbs_device;
 mod wasm_pacing;
 mod wasm_policy;
+mod zero_weight;

@@ -12,7 +12,7 @@ use perf_dataplane::policy::wasm::{
     DEFAULT_TICK_FUEL_PER_TENANT,
 };
 use perf_dataplane::policy::PolicyHost;
-use perf_policy_sdk::{Policy, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats};
+use perf_policy_sdk::{Policy, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan, TenantStats, ZeroWeightOp};
 
 use crate::common;
 
@@ -487,6 +487,7 @@ fn every_built_in_policy_decides_as_native_over_resident_tables() {
         let (wasm, _) = PolicyHost::load_with(&format!("wasm:{name}"), limits).expect("embedded");
         assert_eq!(wasm.wasm_abi_version(), Some(perf_policy_sdk::ABI_VERSION), "{name}");
         assert_eq!(native.request_calls(), wasm.request_calls(), "{name}");
+        assert_eq!(native.zero_weight_op(), wasm.zero_weight_op(), "{name}");
         (native, wasm)
     };
     let (mut np, mut wp) = (vec![TenantPlan::PASSTHROUGH; 64], vec![TenantPlan::PASSTHROUGH; 64]);
@@ -670,6 +671,29 @@ fn the_control_block_is_validated_and_its_declaration_kept() {
         "(i32.store (i32.const 460008) (i32.const 128)) (i32.const 0)",
     );
     dropped_by_its_tick(&lying, 2, 1, "BadRequestCalls(128)");
+    // ABI 1.6: the block's last word names the zero-weight WR (0, a WAIT,
+    // is what a 1.5 module's reserved word always held).
+    let host = |version| {
+        let m = with(
+            version,
+            control_block(460000, 250_000, 1),
+            "(unreachable)",
+            "(i32.store (i32.const 460012) (i32.const 1)) (i32.const 0)",
+        );
+        let mut host = PolicyHost::wasm(m.load(WasmLimits::default()).expect("loads"));
+        assert_eq!(host.zero_weight_op(), ZeroWeightOp::Wait, "before its first tick");
+        host.on_tick(0, &stats(1, 0), &mut [TenantPlan::PASSTHROUGH]);
+        host
+    };
+    assert_eq!(host(V1_5 + 1).zero_weight_op(), ZeroWeightOp::Nop);
+    assert_eq!(host(V1_5).zero_weight_op(), ZeroWeightOp::Wait, "reserved in a 1.5 module");
+    let nonsense = with(
+        V1_5 + 1,
+        control_block(460000, 1_000_000, 1),
+        "(i64.const 0)",
+        "(i32.store (i32.const 460012) (i32.const 2)) (i32.const 0)",
+    );
+    dropped_by_its_tick(&nonsense, 2, 1, "BadZeroWeightOp(2)");
     // Refused at load: a zero interval, a block outside memory or misaligned.
     let e = with(V1_5, control_block(460000, 0, 0), "(i64.const 0)", "(i32.const 0)")
         .load(WasmLimits::default())

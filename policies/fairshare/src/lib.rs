@@ -48,7 +48,7 @@
 
 use perf_policy_sdk::{
     export_policy, limits, parse_param_min, ParamError, Policy, RequestInfo, RequestOp, SplitPlan, TenantPlan,
-    TenantStats,
+    TenantStats, ZeroWeightOp,
 };
 
 /// Most tenants the policy tracks (the wasm ABI's limit).
@@ -78,6 +78,14 @@ pub struct FairShareParams {
     pub read_chunk_bytes: u32,
     /// Zero-weight WRs after each chunk.
     pub zero_weight: u32,
+    /// What they are: WAITs as PeRF posts them (the default; the NIC
+    /// processes nothing of a QP past a WAIT before it executes, so each
+    /// chunk's fetch waits for the WAIT's turn: one QP's 4 KiB chunks
+    /// carry 58 Gb/s alone) or NOPs (the next chunk is fetched while the
+    /// NOP waits for its turn: a QP's chunks stream at line rate down to
+    /// 2 KiB). `zero_weight_op=wait|nop`; `docs/isolation.md` has what
+    /// each measured.
+    pub zero_weight_op: ZeroWeightOp,
     /// Tick interval, ns.
     pub tick_ns: u64,
     /// Smallest budget the latency feedback may shrink to, as a fraction
@@ -104,6 +112,7 @@ impl Default for FairShareParams {
             chunk_bytes: 8192,
             read_chunk_bytes: 4096,
             zero_weight: 1,
+            zero_weight_op: ZeroWeightOp::Wait,
             tick_ns: 50_000,
             floor_permille: 400,
             hurt_permille: 1150,
@@ -244,6 +253,10 @@ impl Policy for FairShare {
         self.params.tick_ns
     }
 
+    fn zero_weight_op(&self) -> ZeroWeightOp {
+        self.params.zero_weight_op
+    }
+
     fn set_param(&mut self, key: &str, value: &str) -> Result<(), ParamError> {
         let p = &mut self.params;
         match key {
@@ -264,6 +277,13 @@ impl Policy for FairShare {
                 p.zero_weight = parse_param_min(value, 0u32)?;
                 if p.zero_weight > limits::MAX_ZERO_WEIGHT {
                     return Err(ParamError::BadValue);
+                }
+            }
+            "zero_weight_op" => {
+                p.zero_weight_op = match value.trim() {
+                    "nop" => ZeroWeightOp::Nop,
+                    "wait" => ZeroWeightOp::Wait,
+                    _ => return Err(ParamError::BadValue),
                 }
             }
             "tick_ns" => p.tick_ns = parse_param_min(value, 10_000u64)?,
@@ -365,5 +385,16 @@ mod tests {
         assert_eq!(zero_weight_at, vec![per_chunk, 2 * per_chunk]);
         // Another QP of the tenant counts its own bytes.
         assert_eq!(p.on_request(&req(1), &plan), SplitPlan::WHOLE);
+    }
+
+    #[test]
+    fn zero_weight_wrs_are_waits_unless_asked_for_nops() {
+        let mut p = FairShare::default();
+        assert_eq!(p.zero_weight_op(), ZeroWeightOp::Wait);
+        assert_eq!(p.set_param("zero_weight_op", " nop "), Ok(()));
+        assert_eq!(p.zero_weight_op(), ZeroWeightOp::Nop);
+        assert_eq!(p.set_param("zero_weight_op", "wait"), Ok(()));
+        assert_eq!(p.zero_weight_op(), ZeroWeightOp::Wait);
+        assert_eq!(p.set_param("zero_weight_op", "send_enable"), Err(ParamError::BadValue));
     }
 }
