@@ -191,6 +191,7 @@ impl<R: Rnic> Dataplane<R> {
                         || held + self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes) <= reserved;
                     if !open {
                         self.counters.window_holds += 1;
+                        self.pipeline.held(dir == 1);
                         stopped_at.get_or_insert(t);
                         if self.uncovered_bytes > 0 && total <= self.uncovered_bytes {
                             did |= self.cover_unsignaled(t)?;

@@ -115,8 +115,8 @@ impl Default for FairShareParams {
             zero_weight_op: ZeroWeightOp::Wait,
             tick_ns: 50_000,
             floor_permille: 400,
-            hurt_permille: 1150,
-            grow_ticks: 16,
+            hurt_permille: 1050,
+            grow_ticks: 32,
         }
     }
 }
