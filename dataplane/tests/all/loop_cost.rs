@@ -219,8 +219,10 @@ fn a_charged_loop_signals_a_windowed_stream_once_per_several_chunks() {
     // a free loop each chunk is signaled, its CQE giving its bytes back;
     // charged, a CQE costs the loop about a sixth of the chunk's wire
     // time, so a QP signals once per several chunks, the message's end
-    // always.
-    let until_ns = 2_000_000;
+    // always. (4 ms: the budget starts at 40% of its size and grows back
+    // over `grow_ticks` ticks of 50 us, 1.6 ms, and a smaller budget
+    // leaves less uncovered.)
+    let until_ns = 4_000_000;
     let fairshare = Pol::Named("fairshare");
     let free = run(fairshare, 1 << 20, Some(LoopCost::ZERO), until_ns);
     let charged = run(fairshare, 1 << 20, Some(LoopCost::MEASURED), until_ns);
