@@ -59,24 +59,45 @@ pub(crate) const NIC_WQE_TURN_NS: f64 = 8.96;
 /// and 80.6 / 8.96 = 9 (PeRF's `PERF_NIC_QPS_CAPA`).
 pub(crate) const NIC_QPS_CAPA: usize = 9;
 
+/// What a data WQE moves, for its window charge: which direction's
+/// budget it counts against and the extension header its first packet
+/// carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChargedOp {
+    /// A WRITE (or WRITE with immediate): its first packet carries a RETH.
+    Write,
+    /// A SEND: base headers only.
+    Send,
+    /// A READ, charged for its response on the responder's wire.
+    Read,
+}
+
 impl WindowCharge {
     /// The charge of a data WQE of `len` payload bytes, in bytes of the
     /// link's time: its packets on the wire (the payload plus
-    /// [`PACKET_OVERHEAD_BYTES`] per packet of up to 4 KiB), or one turn of
-    /// the NIC's send scheduler (`turn_bytes`: [`NIC_WQE_TURN_NS`] at the
-    /// link's rate), whichever is more. A WQE is charged for the
-    /// bottleneck it uses most, as the isolation contract counts it
-    /// (dominant-resource fairness): charging a small message both its
-    /// headers and a scheduler turn charged a 32 B message 160 B for 118 B
-    /// of wire (the probe `mr-send-32b-16q-pl16_vs_read-1m-16q+write-1m-16q`
-    /// read 0.83 of its entitlement so, 0.98 since).
+    /// [`PACKET_OVERHEAD_BYTES`] per packet of up to 4 KiB, and a WRITE's
+    /// [`RETH_BYTES`]), or one turn of the NIC's send scheduler
+    /// (`turn_bytes`: [`NIC_WQE_TURN_NS`] at the link's rate), whichever is
+    /// more. A WQE is charged for the bottleneck it uses most, as the
+    /// isolation contract counts it (dominant-resource fairness): charging
+    /// a small message both its headers and a scheduler turn charged a
+    /// 32 B SEND 160 B for 118 B of wire (the probe
+    /// `mr-send-32b-16q-pl16_vs_read-1m-16q+write-1m-16q` read 0.83 of its
+    /// entitlement so, 0.98 since). Leaving out a WRITE's RETH charged a
+    /// 32 B WRITE 118 B for 134 B of wire, and a link those WRITEs kept
+    /// busy looked 0.88 busy to the pipeline floor's check, which grew
+    /// the budget fourfold (random mix #86 of seed 2: a 311 B READ beside
+    /// 221 QPs of 32 B WRITEs waited 8.3 us for 1.9 alone).
     ///
     /// [`PACKET_OVERHEAD_BYTES`]: perf_policy_sdk::limits::PACKET_OVERHEAD_BYTES
-    pub fn data(len: u32, read: bool, turn_bytes: u32) -> Self {
+    /// [`RETH_BYTES`]: perf_policy_sdk::limits::RETH_BYTES
+    pub fn data(len: u32, op: ChargedOp, turn_bytes: u32) -> Self {
+        use perf_policy_sdk::limits::{PACKET_OVERHEAD_BYTES, RETH_BYTES};
         let pkts = (len as u64).div_ceil(4096).max(1);
-        let wire = len as u64 + pkts * perf_policy_sdk::limits::PACKET_OVERHEAD_BYTES;
+        let reth = if op == ChargedOp::Write { RETH_BYTES } else { 0 };
+        let wire = len as u64 + pkts * PACKET_OVERHEAD_BYTES + reth;
         let bytes = wire.max(turn_bytes as u64);
-        WindowCharge { read, bytes: bytes.min(u32::MAX as u64) as u32 }
+        WindowCharge { read: op == ChargedOp::Read, bytes: bytes.min(u32::MAX as u64) as u32 }
     }
 }
 
@@ -214,13 +235,16 @@ mod tests {
         let turn = (NIC_WQE_TURN_NS * 12.5).round() as u32;
         assert_eq!(turn, 112);
         // A small message: the scheduler turn is its dominant cost.
-        assert_eq!(WindowCharge::data(8, false, turn).bytes, 112);
-        // 32 B: 118 B on the wire.
-        assert_eq!(WindowCharge::data(32, false, turn).bytes, 118);
-        // Two packets' headers for an 8 KiB chunk; a READ likewise.
-        assert_eq!(WindowCharge::data(8192, false, turn), WindowCharge { read: false, bytes: 8192 + 2 * 86 });
-        assert_eq!(WindowCharge::data(4096, true, turn), WindowCharge { read: true, bytes: 4096 + 86 });
+        assert_eq!(WindowCharge::data(8, ChargedOp::Send, turn).bytes, 112);
+        // 32 B: 118 B on the wire as a SEND, 134 B as a WRITE (its RETH).
+        assert_eq!(WindowCharge::data(32, ChargedOp::Send, turn).bytes, 118);
+        assert_eq!(WindowCharge::data(32, ChargedOp::Write, turn).bytes, 134);
+        // Two packets' headers for an 8 KiB chunk, one RETH; a READ's
+        // response has no RETH and counts against the READ budget.
+        let chunk = WindowCharge::data(8192, ChargedOp::Write, turn);
+        assert_eq!(chunk, WindowCharge { read: false, bytes: 8192 + 2 * 86 + 16 });
+        assert_eq!(WindowCharge::data(4096, ChargedOp::Read, turn), WindowCharge { read: true, bytes: 4096 + 86 });
         // No known link rate: the wire alone.
-        assert_eq!(WindowCharge::data(8, false, 0).bytes, 94);
+        assert_eq!(WindowCharge::data(8, ChargedOp::Send, 0).bytes, 94);
     }
 }

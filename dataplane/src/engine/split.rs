@@ -5,7 +5,7 @@
 //! each chunk, and signaling so that only the last chunk carries the
 //! application's completion while send-queue slots are still reclaimed.
 
-use super::qp::{Cursor, Meta, WindowCharge};
+use super::qp::{ChargedOp, Cursor, Meta, WindowCharge};
 use super::rendezvous::RecordWrite;
 use super::tenant::RequestOp;
 use crate::rnic::{CqHandle, RemoteAddr, Sge, WrOpcode};
@@ -73,8 +73,8 @@ impl WqeSink<'_> {
     }
 
     /// The window charge of a data WQE of `len` payload bytes.
-    fn charge(&self, len: u32, read: bool) -> WindowCharge {
-        WindowCharge::data(len, read, self.turn_bytes)
+    fn charge(&self, len: u32, op: ChargedOp) -> WindowCharge {
+        WindowCharge::data(len, op, self.turn_bytes)
     }
 
     /// Appends `spec`, counting it towards the next signal.
@@ -138,10 +138,15 @@ pub(crate) fn emit_chunk(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) ->
         Meta::Hidden
     };
     let inline = last && cur.offset == 0 && this <= INLINE_MAX as u64 && !matches!(cur.wr.op, RequestOp::Read { .. });
-    let mut charge = sink.charge(this as u32, matches!(cur.wr.op, RequestOp::Read { .. }));
+    let charged_op = match cur.wr.op {
+        RequestOp::Send => ChargedOp::Send,
+        RequestOp::Read { .. } => ChargedOp::Read,
+        _ => ChargedOp::Write,
+    };
+    let mut charge = sink.charge(this as u32, charged_op);
     if let Some(r) = record {
         // The step's charge rides on its first WQE.
-        sink.push_record(r, sink.charge(this as u32 + r.stage.length, false));
+        sink.push_record(r, sink.charge(this as u32 + r.stage.length, ChargedOp::Write));
         charge = WindowCharge::default();
     }
     sink.push(WqeSpec { opcode, sge, inline, signaled, meta, charge });
@@ -175,7 +180,7 @@ fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Optio
             inline: false,
             signaled,
             meta: Meta::Hidden,
-            charge: sink.charge(this as u32, false),
+            charge: sink.charge(this as u32, ChargedOp::Write),
         });
         sink.push_zero_weight(zw);
         cur.offset += this;
@@ -184,7 +189,7 @@ fn emit_rendezvous(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Optio
     if room < 2 + zw {
         return None;
     }
-    sink.push_record(record, sink.charge(chunk as u32 + record.stage.length, false));
+    sink.push_record(record, sink.charge(chunk as u32 + record.stage.length, ChargedOp::Write));
     sink.push(WqeSpec {
         opcode: WrOpcode::Send,
         sge: Some(cur.wr.mr.sge(cur.wr.offset as usize, chunk as u32)),
