@@ -29,7 +29,10 @@
 //!   each `perf_on_tick`: the tick interval, the module's
 //!   [`RequestCalls`] declaration and (ABI 1.6, zero before) the
 //!   [`ZeroWeightOp`] its zero-weight WRs are. The host reads it after
-//!   those calls instead of calling `perf_tick_interval_ns`.
+//!   those calls instead of calling `perf_tick_interval_ns`;
+//! - the **loop block** (ABI 1.7, optional export [`LOOP_EXPORT`]): one
+//!   [`LoopInfo`] ([`LOOP_SIZE`] bytes) that the host writes before each
+//!   `perf_on_tick` and the glue hands to `Policy::on_loop`.
 //!
 //! **Resident tables (ABI 1.5).** For a module of ABI 1.5 or later the
 //! stats and plans buffers are resident: the host rewrites only the
@@ -45,7 +48,8 @@
 //! compile time below, on every target), so the guest reads them in place.
 
 use crate::{
-    Pacing, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats, ZeroWeightOp,
+    LoopInfo, Pacing, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantClass, TenantPlan, TenantStats,
+    ZeroWeightOp,
 };
 use core::mem::{align_of, offset_of, size_of};
 
@@ -93,6 +97,15 @@ pub const CONTROL_MINOR: u16 = 5;
 /// The ABI minor version from which the control block's last word is
 /// [`Control::zero_weight_op`] (it was reserved before).
 pub const ZERO_WEIGHT_OP_MINOR: u16 = 6;
+/// The optional export (ABI 1.7) `perf_loop_ptr() -> i32`: the address of
+/// the loop block, one [`LoopInfo`] the host writes before each
+/// `perf_on_tick` (the glue hands it to `Policy::on_loop`). A module
+/// without it is told nothing of the loop.
+pub const LOOP_EXPORT: &str = "perf_loop_ptr";
+/// Size in bytes of the loop block.
+pub const LOOP_SIZE: usize = 16;
+/// The ABI minor version that introduced [`LOOP_EXPORT`].
+pub const LOOP_MINOR: u16 = 7;
 /// Size in bytes of one [`RequestInfo`] record.
 pub const REQUEST_SIZE: usize = 24;
 /// Offset of the tenant plan inside the request slot.
@@ -248,6 +261,29 @@ pub fn encode_control(d: &Declared, b: &mut [u8]) {
     put_u32(b, offset_of!(Control, zero_weight_op), d.zero_weight_op.to_word());
 }
 
+/// Writes `l` into the first [`LOOP_SIZE`] bytes of `b` (panics if
+/// shorter).
+pub fn encode_loop(l: &LoopInfo, b: &mut [u8]) {
+    let b = &mut b[..LOOP_SIZE];
+    put_u32(b, offset_of!(LoopInfo, busy_permille), l.busy_permille);
+    put_u32(b, offset_of!(LoopInfo, wqe_ps), l.wqe_ps);
+    put_u32(b, offset_of!(LoopInfo, cqe_ps), l.cqe_ps);
+    put_u32(b, offset_of!(LoopInfo, link_gbps), l.link_gbps);
+}
+
+/// Reads a [`LoopInfo`] from the first [`LOOP_SIZE`] bytes of `b`.
+pub fn decode_loop(b: &[u8]) -> Result<LoopInfo, DecodeError> {
+    if b.len() < LOOP_SIZE {
+        return Err(DecodeError::Short);
+    }
+    Ok(LoopInfo {
+        busy_permille: get_u32(b, offset_of!(LoopInfo, busy_permille)),
+        wqe_ps: get_u32(b, offset_of!(LoopInfo, wqe_ps)),
+        cqe_ps: get_u32(b, offset_of!(LoopInfo, cqe_ps)),
+        link_gbps: get_u32(b, offset_of!(LoopInfo, link_gbps)),
+    })
+}
+
 /// Reads a [`Pacing`] record from the first [`PACING_SIZE`] bytes of `b`
 /// (decoded, not validated: see [`Pacing::validate`]).
 pub fn decode_pacing(b: &[u8]) -> Result<Pacing, DecodeError> {
@@ -399,6 +435,8 @@ const _: () = {
     assert!(offset_of!(Pacing, burst_bytes) == 8 && offset_of!(Pacing, paused) == 16);
     assert!(size_of::<Control>() == CONTROL_SIZE && align_of::<Control>() == 8);
     assert!(offset_of!(Control, request_calls) == 8);
+    assert!(size_of::<LoopInfo>() == LOOP_SIZE && align_of::<LoopInfo>() == 8);
+    assert!(offset_of!(LoopInfo, wqe_ps) == 4 && offset_of!(LoopInfo, link_gbps) == 12);
 };
 
 #[cfg(test)]

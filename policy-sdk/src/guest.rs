@@ -7,7 +7,7 @@
 //! touched by one call at a time.
 
 use crate::abi::{self, Control, RequestSlot, MAX_TENANTS, PARAMS_SIZE};
-use crate::{Pacing, Policy, TenantPlan, TenantStats, ABI_VERSION};
+use crate::{LoopInfo, Pacing, Policy, TenantPlan, TenantStats, ABI_VERSION};
 use core::cell::UnsafeCell;
 
 /// The static policy instance.
@@ -50,6 +50,7 @@ struct Buffers {
     request: RequestSlot,
     params: [u8; PARAMS_SIZE],
     control: Control,
+    loop_info: LoopInfo,
 }
 
 struct BufferCell(UnsafeCell<Buffers>);
@@ -63,6 +64,7 @@ static BUFFERS: BufferCell = BufferCell(UnsafeCell::new(Buffers {
     request: RequestSlot::EMPTY,
     params: [0; PARAMS_SIZE],
     control: Control::EMPTY,
+    loop_info: LoopInfo::UNKNOWN,
 }));
 
 fn buffers() -> &'static mut Buffers {
@@ -89,6 +91,11 @@ pub fn init<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i32 {
 /// `perf_control_ptr` (ABI 1.5).
 pub fn control_ptr() -> i32 {
     &buffers().control as *const Control as i32
+}
+
+/// `perf_loop_ptr` (ABI 1.7).
+pub fn loop_ptr() -> i32 {
+    &buffers().loop_info as *const LoopInfo as i32
 }
 
 /// `perf_abi_version`.
@@ -172,7 +179,8 @@ pub fn on_request<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i64 {
     abi::pack_split(cell.with(init, |p| p.on_request(&slot.req, &slot.plan)))
 }
 
-/// `perf_on_tick`: `Policy::on_tick` then `Policy::on_pacing`; 0, or -1 if
+/// `perf_on_tick`: `Policy::on_loop`, `Policy::on_tick` then
+/// `Policy::on_pacing`; 0, or -1 if
 /// `n` is out of range.
 pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n: i32) -> i32 {
     if n < 0 || n as usize > MAX_TENANTS {
@@ -181,6 +189,7 @@ pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n:
     let b = buffers();
     let n = n as usize;
     cell.with(init, |p| {
+        p.on_loop(&b.loop_info);
         p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]);
         p.on_pacing(now_ns as u64, &mut b.pacing[..n]);
         refresh_control(p, &mut b.control);

@@ -59,7 +59,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 6);
+pub const ABI_VERSION: (u16, u16) = (1, 7);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -340,6 +340,31 @@ impl Default for TenantPlan {
     }
 }
 
+/// The dataplane loop as a policy sees it before each tick (ABI 1.7,
+/// [`Policy::on_loop`]): how busy the loop's one core was and what its
+/// work costs, so that a policy can size what it asks of the loop (every
+/// chunk and zero-weight WR is a WQE the loop posts) to the time the loop
+/// has. Zero where unknown: a loop whose cost is not modelled (a free
+/// virtual-time loop, `--loop-cost zero`) reads 0 busy and 0 per WQE.
+#[repr(C, align(8))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoopInfo {
+    /// The share of the last tick interval the loop spent working, per
+    /// mille (`0..=1000`).
+    pub busy_permille: u32,
+    /// What posting one WQE costs the loop, ps.
+    pub wqe_ps: u32,
+    /// What polling one CQE costs the loop, ps.
+    pub cqe_ps: u32,
+    /// The link's rate, Gb/s (0 if unknown).
+    pub link_gbps: u32,
+}
+
+impl LoopInfo {
+    /// Nothing known: a free loop on an unknown link.
+    pub const UNKNOWN: LoopInfo = LoopInfo { busy_permille: 0, wqe_ps: 0, cqe_ps: 0, link_gbps: 0 };
+}
+
 /// A tenant's rate limit (ABI 1.1): a token bucket the dataplane applies
 /// to the tenant's data WQEs (chunks and whole messages; zero-weight and
 /// control WQEs are free). A WQE is posted when the bucket is not in debt
@@ -571,6 +596,11 @@ pub trait Policy {
     /// plan into `plans[i]`. Default: leave the plans as they are.
     fn on_tick(&mut self, _now_ns: u64, _stats: &[TenantStats], _plans: &mut [TenantPlan]) {}
 
+    /// Right before each [`Policy::on_tick`]: the loop's load over the
+    /// last tick interval and its costs (ABI 1.7; a module before it is
+    /// never called). Default: ignore it.
+    fn on_loop(&mut self, _info: &LoopInfo) {}
+
     /// Right after each [`Policy::on_tick`] (same `now_ns`): write tenant
     /// `i`'s rate limit into `pacing[i]`, which holds the current one.
     /// Default: leave it (every tenant starts [`Pacing::UNLIMITED`]).
@@ -620,7 +650,8 @@ pub trait Policy {
 /// `perf_init`, `perf_on_tenant`, `perf_on_request`, `perf_on_tick`,
 /// `perf_tick_interval_ns`, the buffer and name getters, the optional
 /// `perf_pacing_ptr` of ABI 1.1, `perf_params_ptr` / `perf_set_param`
-/// of ABI 1.2 and `perf_control_ptr` of ABI 1.5; see [`abi`])
+/// of ABI 1.2, `perf_control_ptr` of ABI 1.5 and `perf_loop_ptr` of ABI
+/// 1.7; see [`abi`])
 /// around one static instance, and a panic handler that traps (so the
 /// policy crate must be `#![no_std]`). On other targets it expands to
 /// nothing, so the same crate also builds as a native library.
@@ -692,6 +723,10 @@ macro_rules! export_policy {
             #[no_mangle]
             extern "C" fn perf_control_ptr() -> i32 {
                 g::control_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_loop_ptr() -> i32 {
+                g::loop_ptr()
             }
             #[no_mangle]
             extern "C" fn perf_max_tenants() -> i32 {

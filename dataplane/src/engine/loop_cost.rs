@@ -165,6 +165,9 @@ pub(super) struct LoopClock {
     /// When the busy loop first had requests announced: they are served at
     /// the first mark at or after it.
     pub(super) arrival_seen_ps: Option<u64>,
+    /// The last policy tick's time, ns, and the loop's busy time then, ps
+    /// (what [`Dataplane::loop_info`] measures from).
+    pub(super) tick_mark: (u64, u64),
 }
 
 /// Where a round or an arrival step started, to place its marks.
@@ -210,6 +213,27 @@ impl<R: Rnic> Dataplane<R> {
     pub fn loop_busy_ps(&self, now_ns: u64) -> u64 {
         let over = self.clock.busy_end_ps.saturating_sub(now_ns.saturating_mul(1000));
         self.clock.busy_ps.saturating_sub(over)
+    }
+
+    /// The loop's load since the last call (the last policy tick) and its
+    /// costs, as a policy's `on_loop` sees them (ABI 1.7): the busy share
+    /// is the charged work on the virtual clock, or, when the loop is not
+    /// charged, the wall time [`Dataplane::run_pinned`] measured working
+    /// (0 when nothing measures it); the costs are the cost model's (0 for
+    /// a free loop).
+    pub(super) fn loop_info(&mut self, now_ns: u64) -> perf_policy_sdk::LoopInfo {
+        let busy_ps =
+            if self.clock.charged { self.loop_busy_ps(now_ns) } else { self.counters.busy_ns.saturating_mul(1000) };
+        let (then_ns, then_ps) = std::mem::replace(&mut self.clock.tick_mark, (now_ns, busy_ps));
+        let span_ps = now_ns.saturating_sub(then_ns).saturating_mul(1000);
+        let busy_permille = (busy_ps.saturating_sub(then_ps).saturating_mul(1000) / span_ps.max(1)).min(1000) as u32;
+        let cost = self.cfg.loop_cost;
+        perf_policy_sdk::LoopInfo {
+            busy_permille: if span_ps == 0 { 0 } else { busy_permille },
+            wqe_ps: cost.wqe_ps.min(u32::MAX as u64) as u32,
+            cqe_ps: cost.cqe_ps.min(u32::MAX as u64) as u32,
+            link_gbps: (self.link_bytes_per_ns * 8.0).round() as u32,
+        }
     }
 
     /// Measures the wall time of rounds and policy hooks into

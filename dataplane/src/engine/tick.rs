@@ -74,6 +74,8 @@ impl<R: Rnic> Dataplane<R> {
         old_pacing.clone_from(&self.pacing);
         let timer = self.timed.then(std::time::Instant::now);
         let mut plans = std::mem::take(&mut self.plans);
+        let info = self.loop_info(now);
+        self.policy.on_loop(&info);
         self.policy.on_tick(now, &stats, &mut plans);
         self.plans = plans;
         self.scratch.stats = stats;

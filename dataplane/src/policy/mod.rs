@@ -25,8 +25,8 @@ pub mod registry;
 pub mod wasm;
 
 use perf_policy_sdk::{
-    Pacing, ParamError, Policy, Rejection, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantInfo, TenantPlan,
-    TenantStats, ZeroWeightOp,
+    LoopInfo, Pacing, ParamError, Policy, Rejection, RequestCalls, RequestInfo, RequestOp, SplitPlan, TenantInfo,
+    TenantPlan, TenantStats, ZeroWeightOp,
 };
 use wasm::{Fault, FaultKind, LoadError, WasmLimits, WasmPolicy};
 
@@ -458,6 +458,20 @@ impl PolicyHost {
             return SplitPlan::WHOLE;
         }
         self.valid_or(s, SplitPlan::validate, SplitPlan::WHOLE)
+    }
+
+    /// Tells the policy the loop's load and costs before its next tick
+    /// (ABI 1.7, `Policy::on_loop`; a wasm module gets them in its loop
+    /// block, which its `perf_on_tick` reads).
+    pub fn on_loop(&mut self, info: &LoopInfo) {
+        match &mut self.policy {
+            Hosted::Native(p) => p.on_loop(info),
+            Hosted::Wasm(w) => {
+                if let Err(f) = w.write_loop(info) {
+                    self.fall_back("on_loop", f);
+                }
+            }
+        }
     }
 
     /// Runs the tick hook; invalid plans are replaced by passthrough.

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
 use perf_policy_sdk::{
-    Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats, ZeroWeightOp,
-    ABI_VERSION,
+    LoopInfo, Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats,
+    ZeroWeightOp, ABI_VERSION,
 };
 use wasmtime::{
     Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
@@ -422,6 +422,8 @@ pub struct WasmPolicy {
     params: Option<(usize, SetParam)>,
     /// The control block (ABI 1.5, optional export).
     control_ptr: Option<usize>,
+    /// The loop block (ABI 1.7, optional export).
+    loop_ptr: Option<usize>,
     /// What the control block said at its last read: the tick interval
     /// and the request-call declaration.
     control: Option<abi::Declared>,
@@ -774,6 +776,13 @@ impl WasmPolicy {
         } else {
             None
         };
+        // ABI 1.7: the loop block (a module without it is told nothing of
+        // the loop).
+        let loop_ptr = if module_version.1 >= abi::LOOP_MINOR && has(abi::LOOP_EXPORT) {
+            Some(ptr(abi::LOOP_EXPORT)?)
+        } else {
+            None
+        };
         // ABI 1.2: run-time parameters (a module without them takes none).
         let params =
             if module_version.1 >= abi::PARAMS_MINOR && has(abi::SET_PARAM_EXPORT) && has(abi::PARAMS_PTR_EXPORT) {
@@ -799,6 +808,7 @@ impl WasmPolicy {
             ("pacing", pacing_ptr.unwrap_or(0), if pacing_ptr.is_some() { max_tenants * abi::PACING_SIZE } else { 0 }),
             ("params", params.as_ref().map_or(0, |p| p.0), if params.is_some() { abi::PARAMS_SIZE } else { 0 }),
             ("control", control_ptr.unwrap_or(0), if control_ptr.is_some() { abi::CONTROL_SIZE } else { 0 }),
+            ("loop", loop_ptr.unwrap_or(0), if loop_ptr.is_some() { abi::LOOP_SIZE } else { 0 }),
         ] {
             if p % abi::BUFFER_ALIGN != 0 {
                 return Err(LoadError::BadBuffer { what, detail: format!("address {p:#x} is not 8-byte aligned") });
@@ -830,6 +840,7 @@ impl WasmPolicy {
             pacing_ptr,
             params,
             control_ptr,
+            loop_ptr,
             control: None,
             resident,
             max_tenants,
@@ -1075,6 +1086,18 @@ impl WasmPolicy {
         Self::arm(&mut self.store, self.limits);
         let v = self.hooks.on_request.call(&mut self.store, ()).map_err(Fault::from_wasm)?;
         Ok(abi::unpack_split(v))
+    }
+
+    /// Writes the loop block (ABI 1.7) that the next `perf_on_tick` hands
+    /// to `Policy::on_loop`; nothing for a module without one.
+    pub fn write_loop(&mut self, info: &LoopInfo) -> Result<(), Fault> {
+        let Some(at) = self.loop_ptr else { return Ok(()) };
+        let mem = self.memory.data_mut(&mut self.store);
+        let b = mem
+            .get_mut(at..at.saturating_add(abi::LOOP_SIZE))
+            .ok_or_else(|| Fault::new(FaultKind::Marshal, "loop block outside memory"))?;
+        abi::encode_loop(info, b);
+        Ok(())
     }
 
     /// Calls `perf_on_tick` with `stats` and the current `plans` in the

@@ -47,8 +47,8 @@
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 use perf_policy_sdk::{
-    export_policy, limits, parse_param_min, ParamError, Policy, RequestInfo, RequestOp, SplitPlan, TenantPlan,
-    TenantStats, ZeroWeightOp,
+    export_policy, limits, parse_param_min, LoopInfo, ParamError, Policy, RequestInfo, RequestOp, SplitPlan,
+    TenantPlan, TenantStats, ZeroWeightOp,
 };
 
 /// Most tenants the policy tracks (the wasm ABI's limit).
@@ -86,6 +86,13 @@ pub struct FairShareParams {
     /// 2 KiB). `zero_weight_op=wait|nop`; `docs/isolation.md` has what
     /// each measured.
     pub zero_weight_op: ZeroWeightOp,
+    /// The most of the dataplane loop's time the WQEs of a line-rate
+    /// stream's chunks may take (per mille): where the loop's cost per WQE
+    /// is known (ABI 1.7, [`LoopInfo`]), a chunk grows past `chunk_bytes`
+    /// until its WQEs (the chunk and its zero-weight WRs) cost the loop at
+    /// most this share of the chunk's time on the link. A free loop keeps
+    /// `chunk_bytes`.
+    pub loop_share_permille: u32,
     /// Tick interval, ns.
     pub tick_ns: u64,
     /// Smallest budget the latency feedback may shrink to, as a fraction
@@ -109,10 +116,11 @@ impl Default for FairShareParams {
         FairShareParams {
             window_kib: 44,
             read_window_kib: 48,
-            chunk_bytes: 8192,
+            chunk_bytes: 2048,
             read_chunk_bytes: 4096,
             zero_weight: 1,
-            zero_weight_op: ZeroWeightOp::Wait,
+            zero_weight_op: ZeroWeightOp::Nop,
+            loop_share_permille: 100,
             tick_ns: 50_000,
             floor_permille: 400,
             hurt_permille: 1050,
@@ -130,6 +138,9 @@ pub struct FairShare {
     base_latency: [u64; MAX_TENANTS],
     /// The budgets in force, bytes (WRITE / SEND, READ).
     budget: [u64; 2],
+    /// The chunk in force, bytes: `chunk_bytes`, or more where the loop's
+    /// cost asks for it (`loop_share_permille`).
+    chunk: u32,
     /// Per QP (direct-mapped): bytes of whole messages posted since its
     /// last zero-weight WR.
     since_zero_weight: [u32; QP_SLOTS],
@@ -140,7 +151,13 @@ perf_policy_common::default_from_params!(FairShare, FairShareParams);
 impl FairShare {
     /// The policy with `params`.
     pub fn new(params: FairShareParams) -> Self {
-        FairShare { params, base_latency: [0; MAX_TENANTS], budget: [0; 2], since_zero_weight: [0; QP_SLOTS] }
+        FairShare {
+            params,
+            base_latency: [0; MAX_TENANTS],
+            budget: [0; 2],
+            chunk: params.chunk_bytes,
+            since_zero_weight: [0; QP_SLOTS],
+        }
     }
 
     fn qp_slot(req: &RequestInfo) -> usize {
@@ -154,7 +171,7 @@ impl FairShare {
     fn sparse_tenant_hurt(&mut self, stats: &[TenantStats], n: usize) -> bool {
         let mut hurt = false;
         for (i, s) in stats.iter().enumerate().take(n) {
-            let sparse = Self::demand(s) <= 2 * self.params.chunk_bytes as u64;
+            let sparse = Self::demand(s) <= 2 * self.chunk as u64;
             if !sparse || s.completed < 4 || s.mean_latency_ns == 0 {
                 continue;
             }
@@ -165,6 +182,20 @@ impl FairShare {
             hurt |= s.mean_latency_ns * 1000 > *base * self.params.hurt_permille as u64;
         }
         hurt
+    }
+
+    /// The chunk for a loop of `info`'s costs: the smallest at least
+    /// `chunk_bytes`, in KiB, whose WQEs (the chunk and its zero-weight
+    /// WRs) cost the loop at most `loop_share_permille` of the chunk's time
+    /// on the link: `(1 + zw) x wqe_ps <= share x chunk x 8 / link`. On the
+    /// measured loop (19 ns a WQE) at 100 Gb/s and 10%: 5 KiB.
+    fn chunk_for(&self, info: &LoopInfo) -> u32 {
+        let p = &self.params;
+        let wqes = 1 + p.zero_weight as u64;
+        let need =
+            (wqes * info.wqe_ps as u64 * info.link_gbps as u64).div_ceil(8 * p.loop_share_permille.max(1) as u64);
+        let need = need.div_ceil(1024).saturating_mul(1024).min(limits::MAX_CHUNK as u64) as u32;
+        need.max(p.chunk_bytes)
     }
 
     /// What a tenant would put in flight unconstrained, bytes: its QPs with
@@ -183,7 +214,7 @@ impl Policy for FairShare {
     }
 
     fn on_request(&mut self, req: &RequestInfo, _plan: &TenantPlan) -> SplitPlan {
-        let chunk = self.params.chunk_bytes;
+        let chunk = self.chunk;
         match req.op {
             // A READ request carries no payload on the requester's wire:
             // its QP's turn need not end after it. Its response is sent in
@@ -237,16 +268,17 @@ impl Policy for FairShare {
         }
         for p in plans.iter_mut().take(n) {
             *p = TenantPlan {
-                split: SplitPlan {
-                    chunk_bytes: self.params.chunk_bytes,
-                    zero_weight_per_chunk: self.params.zero_weight,
-                },
-                split_threshold: self.params.chunk_bytes as u64 + 1,
+                split: SplitPlan { chunk_bytes: self.chunk, zero_weight_per_chunk: self.params.zero_weight },
+                split_threshold: self.chunk as u64 + 1,
                 window_kib: kib[0],
                 read_window_kib: kib[1],
                 ..TenantPlan::PASSTHROUGH
             };
         }
+    }
+
+    fn on_loop(&mut self, info: &LoopInfo) {
+        self.chunk = self.chunk_for(info);
     }
 
     fn tick_interval_ns(&self) -> u64 {
@@ -286,11 +318,16 @@ impl Policy for FairShare {
                     _ => return Err(ParamError::BadValue),
                 }
             }
+            "loop_share_permille" => p.loop_share_permille = parse_param_min(value, 1u32)?.min(1000),
             "tick_ns" => p.tick_ns = parse_param_min(value, 10_000u64)?,
             "floor_permille" => p.floor_permille = parse_param_min(value, 1u32)?.min(1000),
             "hurt_permille" => p.hurt_permille = parse_param_min(value, 1000u32)?,
             "grow_ticks" => p.grow_ticks = parse_param_min(value, 1u32)?,
             _ => return Err(ParamError::UnknownKey),
+        }
+        self.chunk = self.chunk.max(self.params.chunk_bytes);
+        if key == "chunk_bytes" {
+            self.chunk = self.params.chunk_bytes;
         }
         Ok(())
     }
@@ -388,13 +425,40 @@ mod tests {
     }
 
     #[test]
-    fn zero_weight_wrs_are_waits_unless_asked_for_nops() {
+    fn zero_weight_wrs_are_nops_unless_asked_for_waits() {
         let mut p = FairShare::default();
-        assert_eq!(p.zero_weight_op(), ZeroWeightOp::Wait);
-        assert_eq!(p.set_param("zero_weight_op", " nop "), Ok(()));
         assert_eq!(p.zero_weight_op(), ZeroWeightOp::Nop);
-        assert_eq!(p.set_param("zero_weight_op", "wait"), Ok(()));
+        assert_eq!(p.set_param("zero_weight_op", " wait "), Ok(()));
         assert_eq!(p.zero_weight_op(), ZeroWeightOp::Wait);
+        assert_eq!(p.set_param("zero_weight_op", "nop"), Ok(()));
+        assert_eq!(p.zero_weight_op(), ZeroWeightOp::Nop);
         assert_eq!(p.set_param("zero_weight_op", "send_enable"), Err(ParamError::BadValue));
+    }
+
+    #[test]
+    fn the_chunk_grows_to_what_the_loop_can_post() {
+        let mut p = FairShare::default();
+        let mut plans = [TenantPlan::PASSTHROUGH; 1];
+        let chunk_after = |p: &mut FairShare, info: LoopInfo, plans: &mut [TenantPlan]| {
+            p.on_loop(&info);
+            p.on_tick(0, &[sparse(1000)], plans);
+            plans[0].split.chunk_bytes
+        };
+        // A free loop: the configured chunk.
+        assert_eq!(chunk_after(&mut p, LoopInfo::UNKNOWN, &mut plans), 2048);
+        // The measured loop, 19.1 ns a WQE at 100 Gb/s: a chunk and its NOP
+        // cost 38.2 ns, 10% of 382 ns on the link, 4.8 KB: 5 KiB.
+        let measured = LoopInfo { busy_permille: 500, wqe_ps: 19_111, cqe_ps: 99_176, link_gbps: 100 };
+        assert_eq!(chunk_after(&mut p, measured, &mut plans), 5 * 1024);
+        assert_eq!(plans[0].split_threshold, 5 * 1024 + 1);
+        // Messages are split, and whole ones earn zero-weight WRs, by it.
+        let req = RequestInfo { tenant: 0, qp: 0, len: 1 << 20, op: RequestOp::Write, depth: 1 };
+        assert_eq!(p.on_request(&req, &plans[0]).chunk_bytes, 5 * 1024);
+        // Half the share: twice the chunk.
+        assert_eq!(p.set_param("loop_share_permille", "50"), Ok(()));
+        assert_eq!(chunk_after(&mut p, measured, &mut plans), 10 * 1024);
+        // Never below the configured chunk.
+        assert_eq!(p.set_param("chunk_bytes", "16384"), Ok(()));
+        assert_eq!(chunk_after(&mut p, measured, &mut plans), 16384);
     }
 }
