@@ -519,12 +519,25 @@ fn every_built_in_policy_decides_as_native_over_resident_tables() {
                 }
                 _ => s = stats(64, at),
             }
+            // The loop block (ABI 1.7): a free loop, then the measured one.
+            let info = if round % 2 == 0 {
+                perf_policy_sdk::LoopInfo::UNKNOWN
+            } else {
+                perf_policy_sdk::LoopInfo { busy_permille: 700, wqe_ps: 19_111, cqe_ps: 99_176, link_gbps: 100 }
+            };
+            native.on_loop(&info);
+            wasm.on_loop(&info);
             native.on_tick(at, &s[..n], &mut np[..n]);
             native.on_pacing(at, &mut npace[..n]);
             wasm.on_tick(at, &s[..n], &mut wp[..n]);
             wasm.on_pacing(at, &mut wpace[..n]);
             assert!(wasm.is_wasm() && wasm.exit_info().is_none(), "{name}: {:?}", wasm.exit_info());
             assert_eq!(np, wp, "{name}, round {round}");
+            if *name == "fairshare" {
+                // The module read the loop block: its chunk follows the loop.
+                let chunk = if round % 2 == 0 { 2048 } else { 5 * 1024 };
+                assert_eq!(wp[0].split.chunk_bytes, chunk, "round {round}");
+            }
             assert_eq!(npace, wpace, "{name}, round {round}");
             assert_eq!(native.tick_interval_ns(), wasm.tick_interval_ns(), "{name}");
             for t in 0..n {
