@@ -37,7 +37,12 @@
 //!   receiver's dataplane advertised its RECV (SEND rendezvous: the bytes
 //!   after the first chunk go as WRITE chunks into the RECV's buffer, the
 //!   first chunk as the SEND), and goes whole otherwise, with a zero-weight
-//!   WR after it; small SENDs are whole messages like small WRITEs.
+//!   WR after it; small SENDs are whole messages like small WRITEs. The
+//!   zero-weight WRs are NOPs (the NIC fetches the next chunk while a NOP
+//!   waits for its turn, so one QP streams 2 KiB chunks at line rate), and
+//!   the chunk is as small as the loop can afford: 2 KiB, or more where
+//!   the loop's cost per WQE (ABI 1.7, [`LoopInfo`]) would make its chunks
+//!   take more than `loop_share_permille` of the loop's time.
 //!
 //! Work conservation follows from the budget covering the pipeline: a
 //! tenant alone gets all of it, and tenants without work hold none.
