@@ -72,7 +72,7 @@ message keep the loop 46% busy under `perf`; the ping-pong's request is
 taken in after the WQE in progress by an arrival step, so D keeps its
 p99 within 1.5x of alone (x1.85 when it waited for the loop's bounded
 round, 6.72 us before rounds were bounded, [loop-cost.md](loop-cost.md));
-`fairshare` posts 9 per message and keeps D within 1.5x of alone too.
+`fairshare` posts 14 per message (5 KiB chunks, each with a NOP) and keeps D within 1.5x of alone too.
 
 HDR
 compare runner/scenarios/paper/exp1.toml
