@@ -96,6 +96,11 @@ struct Probe {
 /// them from being timed.
 const PROBE_AHEAD_BYTES: u64 = 1024;
 
+/// How long a probe may stay out before another WQE may replace it, ns:
+/// far beyond any pipeline delay (2 us on `cx6-100g`), so only a probe
+/// whose completion will not come (its QP failed) is replaced.
+const PROBE_STALE_NS: u64 = 1_000_000;
+
 impl Pipeline {
     /// A data WQE posted at `posted_ns` with `ahead` windowed bytes of its
     /// direction in flight before it. Returns whether it is timed (it then
@@ -104,11 +109,18 @@ impl Pipeline {
         if ahead > PROBE_AHEAD_BYTES {
             return false;
         }
-        // An earlier probe of this kind has retired or is one of the few
-        // bytes ahead (it may then go untimed), or was never posted: this
-        // one replaces it.
+        // One probe of a kind at a time: a probe replaced before it
+        // completed would never give a sample where the direction always
+        // holds a little in flight (a budget of 1 KiB replaced every probe
+        // by the next post, and left the floor unmeasured, at 0, for the
+        // whole run). A probe still out after `PROBE_STALE_NS` (its QP
+        // failed, its completion flushed) gives way.
         let PostedWqe { read, qp, seq, bytes, fetched } = wqe;
-        self.probe[read as usize][fetched as usize] = Some(Probe { qp, seq, posted_ns, bytes, others: 0 });
+        let slot = &mut self.probe[read as usize][fetched as usize];
+        if slot.is_some_and(|p| posted_ns.saturating_sub(p.posted_ns) < PROBE_STALE_NS) {
+            return false;
+        }
+        *slot = Some(Probe { qp, seq, posted_ns, bytes, others: 0 });
         true
     }
 
@@ -260,6 +272,26 @@ mod tests {
         p.completed(6, 0, 41_000, 12.5, [12_500, 0]);
         p.completed(5, 0, 42_405, 12.5, [64, 0]);
         assert_eq!(p.delay_ns()[0], Some(1400));
+    }
+
+    #[test]
+    fn a_probe_in_flight_is_not_replaced_until_it_completes_or_goes_stale() {
+        let mut p = Pipeline::default();
+        // A direction that always holds a little in flight: every post
+        // is within the probe's bound, one every 100 ns.
+        assert!(p.posted(wqe(false, 1, 0, 112, false), 0, 0));
+        for seq in 1..20 {
+            assert!(!p.posted(wqe(false, 2, seq, 112, false), seq * 100, 112), "the probe stays");
+        }
+        // Its completion gives the sample (less the wire time of the one
+        // WQE that completed before it), and the next post is timed.
+        p.completed(2, 1, 1450, 12.5, [112, 0]);
+        p.completed(1, 0, 1517, 12.5, [112, 0]);
+        assert_eq!(p.delay_ns()[0], Some(1500));
+        assert!(p.posted(wqe(false, 1, 20, 112, false), 2000, 112));
+        // A probe whose completion never comes gives way after 1 ms.
+        assert!(!p.posted(wqe(false, 1, 21, 112, false), 500_000, 0));
+        assert!(p.posted(wqe(false, 1, 22, 112, false), 1_002_000, 0));
     }
 
     #[test]
