@@ -935,8 +935,10 @@ impl WasmPolicy {
         if let Some(ty) = module.get_export(abi::SET_PARAM_EXPORT) {
             check_func(abi::SET_PARAM_EXPORT, &ty, &[AbiType::I32, AbiType::I32], &[AbiType::I32])?;
         }
-        if let Some(ty) = module.get_export(abi::CONTROL_EXPORT) {
-            check_func(abi::CONTROL_EXPORT, &ty, &[], &[AbiType::I32])?;
+        for optional in [abi::CONTROL_EXPORT, abi::LOOP_EXPORT] {
+            if let Some(ty) = module.get_export(optional) {
+                check_func(optional, &ty, &[], &[AbiType::I32])?;
+            }
         }
         match module.get_export(abi::MEMORY_EXPORT) {
             Some(ExternType::Memory(_)) => Ok(()),

@@ -721,3 +721,44 @@ fn the_control_block_is_validated_and_its_declaration_kept() {
         assert!(matches!(&e, LoadError::BadBuffer { what: "control", .. }), "{e}");
     }
 }
+
+/// ABI 1.7: the loop block is written before each tick of a module that
+/// exports it (the module's tick traps unless it reads what the host
+/// wrote), not for a 1.6 module, and a block of the wrong type or outside
+/// memory is refused at load.
+#[test]
+fn the_loop_block_is_validated_and_written_before_each_tick() {
+    const V1_7: u32 = 1 << 16 | 7;
+    let export = |at: u32| format!("(func (export \"perf_loop_ptr\") (result i32) (i32.const {at}))");
+    // Traps unless the block's `wqe_ps` (offset 4) holds `want`.
+    let expecting = |want: u32| -> std::borrow::Cow<'static, str> {
+        format!("(if (i32.ne (i32.load (i32.const 470004)) (i32.const {want})) (then unreachable)) (i32.const 0)")
+            .into()
+    };
+    let info = perf_policy_sdk::LoopInfo { busy_permille: 640, wqe_ps: 19_111, cqe_ps: 99_176, link_gbps: 100 };
+    let m = Wat { version: V1_7, on_tick: expecting(19_111), extra: export(470000), ..Wat::default() };
+    let mut host = PolicyHost::wasm(m.load(WasmLimits::default()).expect("loads"));
+    host.on_loop(&info);
+    host.on_tick(0, &stats(1, 0), &mut [TenantPlan::PASSTHROUGH]);
+    assert!(host.exit_info().is_none(), "{:?}", host.exit_info());
+    host.on_loop(&perf_policy_sdk::LoopInfo { wqe_ps: 5, ..info });
+    host.on_tick(1_000_000, &stats(1, 0), &mut [TenantPlan::PASSTHROUGH]);
+    assert_eq!(host.exit_info().expect("its tick saw the new block and trapped").kind, FaultKind::Trap);
+    // A 1.6 module's export is not one: nothing is written.
+    let old = Wat { version: 1 << 16 | 6, on_tick: expecting(0), extra: export(470000), ..Wat::default() };
+    let mut host = PolicyHost::wasm(old.load(WasmLimits::default()).expect("loads"));
+    host.on_loop(&info);
+    host.on_tick(0, &stats(1, 0), &mut [TenantPlan::PASSTHROUGH]);
+    assert!(host.exit_info().is_none(), "{:?}", host.exit_info());
+    // Refused at load: outside memory, and the wrong type.
+    let outside = Wat { version: V1_7, extra: export(524_280), ..Wat::default() };
+    let e = outside.load(WasmLimits::default()).err().expect("refused");
+    assert!(matches!(e, LoadError::BadBuffer { what: "loop", .. }), "{e}");
+    let typed = Wat {
+        version: V1_7,
+        extra: "(func (export \"perf_loop_ptr\") (param i32) (result i32) (i32.const 8))".into(),
+        ..Wat::default()
+    };
+    let e = typed.load(WasmLimits::default()).err().expect("refused");
+    assert!(matches!(e, LoadError::WrongType { .. }), "{e}");
+}
