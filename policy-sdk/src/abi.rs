@@ -271,19 +271,6 @@ pub fn encode_loop(l: &LoopInfo, b: &mut [u8]) {
     put_u32(b, offset_of!(LoopInfo, link_gbps), l.link_gbps);
 }
 
-/// Reads a [`LoopInfo`] from the first [`LOOP_SIZE`] bytes of `b`.
-pub fn decode_loop(b: &[u8]) -> Result<LoopInfo, DecodeError> {
-    if b.len() < LOOP_SIZE {
-        return Err(DecodeError::Short);
-    }
-    Ok(LoopInfo {
-        busy_permille: get_u32(b, offset_of!(LoopInfo, busy_permille)),
-        wqe_ps: get_u32(b, offset_of!(LoopInfo, wqe_ps)),
-        cqe_ps: get_u32(b, offset_of!(LoopInfo, cqe_ps)),
-        link_gbps: get_u32(b, offset_of!(LoopInfo, link_gbps)),
-    })
-}
-
 /// Reads a [`Pacing`] record from the first [`PACING_SIZE`] bytes of `b`
 /// (decoded, not validated: see [`Pacing::validate`]).
 pub fn decode_pacing(b: &[u8]) -> Result<Pacing, DecodeError> {

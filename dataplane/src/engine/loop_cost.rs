@@ -226,10 +226,10 @@ impl<R: Rnic> Dataplane<R> {
             if self.clock.charged { self.loop_busy_ps(now_ns) } else { self.counters.busy_ns.saturating_mul(1000) };
         let (then_ns, then_ps) = std::mem::replace(&mut self.clock.tick_mark, (now_ns, busy_ps));
         let span_ps = now_ns.saturating_sub(then_ns).saturating_mul(1000);
-        let busy_permille = (busy_ps.saturating_sub(then_ps).saturating_mul(1000) / span_ps.max(1)).min(1000) as u32;
+        let busy = busy_ps.saturating_sub(then_ps).saturating_mul(1000).checked_div(span_ps).unwrap_or(0);
         let cost = self.cfg.loop_cost;
         perf_policy_sdk::LoopInfo {
-            busy_permille: if span_ps == 0 { 0 } else { busy_permille },
+            busy_permille: busy.min(1000) as u32,
             wqe_ps: cost.wqe_ps.min(u32::MAX as u64) as u32,
             cqe_ps: cost.cqe_ps.min(u32::MAX as u64) as u32,
             link_gbps: (self.link_bytes_per_ns * 8.0).round() as u32,

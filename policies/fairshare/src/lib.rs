@@ -143,8 +143,10 @@ pub struct FairShare {
     base_latency: [u64; MAX_TENANTS],
     /// The budgets in force, bytes (WRITE / SEND, READ).
     budget: [u64; 2],
-    /// The chunk in force, bytes: `chunk_bytes`, or more where the loop's
-    /// cost asks for it (`loop_share_permille`).
+    /// The loop as the last tick's loop block gave it.
+    loop_info: LoopInfo,
+    /// The chunk in force, bytes: [`FairShare::chunk_for`] the loop and the
+    /// parameters, kept so that each request need not recompute it.
     chunk: u32,
     /// Per QP (direct-mapped): bytes of whole messages posted since its
     /// last zero-weight WR.
@@ -160,6 +162,7 @@ impl FairShare {
             params,
             base_latency: [0; MAX_TENANTS],
             budget: [0; 2],
+            loop_info: LoopInfo::UNKNOWN,
             chunk: params.chunk_bytes,
             since_zero_weight: [0; QP_SLOTS],
         }
@@ -283,6 +286,7 @@ impl Policy for FairShare {
     }
 
     fn on_loop(&mut self, info: &LoopInfo) {
+        self.loop_info = *info;
         self.chunk = self.chunk_for(info);
     }
 
@@ -330,10 +334,7 @@ impl Policy for FairShare {
             "grow_ticks" => p.grow_ticks = parse_param_min(value, 1u32)?,
             _ => return Err(ParamError::UnknownKey),
         }
-        self.chunk = self.chunk.max(self.params.chunk_bytes);
-        if key == "chunk_bytes" {
-            self.chunk = self.params.chunk_bytes;
-        }
+        self.chunk = self.chunk_for(&self.loop_info);
         Ok(())
     }
 }
