@@ -3,7 +3,9 @@
 //! dataplane and reports a rendezvous SEND's whole length on its RECV's
 //! completion (the protocol: [`super`]). Everything else passes through.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use super::{
     ring_slots, slot_offset, Descriptor, Record, ADVERTISE_ABOVE, AGENT_WR_ID, DESCRIPTOR_BYTES, RECORD_BYTES,
@@ -44,11 +46,11 @@ pub struct RendezvousReceiver<R: Rnic> {
     mrs: Vec<(Mr, AccessFlags)>,
     /// The PD, send-queue and receive-queue depths each QP was created
     /// with.
-    qp_pd: HashMap<QpHandle, (PdHandle, u32, u32)>,
+    qp_pd: FxHashMap<QpHandle, (PdHandle, u32, u32)>,
     /// Attached QPs, by QP number (completions name the number).
-    attached: HashMap<u32, RecvQp>,
+    attached: FxHashMap<u32, RecvQp>,
     /// QP handle to QP number, for the attached ones.
-    numbers: HashMap<QpHandle, u32>,
+    numbers: FxHashMap<QpHandle, u32>,
 }
 
 impl<R: Rnic> RendezvousReceiver<R> {
@@ -57,9 +59,9 @@ impl<R: Rnic> RendezvousReceiver<R> {
         RendezvousReceiver {
             inner,
             mrs: Vec::new(),
-            qp_pd: HashMap::new(),
-            attached: HashMap::new(),
-            numbers: HashMap::new(),
+            qp_pd: FxHashMap::default(),
+            attached: FxHashMap::default(),
+            numbers: FxHashMap::default(),
         }
     }
 

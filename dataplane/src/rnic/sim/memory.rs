@@ -9,7 +9,7 @@
 //! its last write; a copy is elided only if every source page is older
 //! than the recorded copy and every destination page is no newer than it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ops::{Deref, DerefMut};
 
 use crate::rnic::{AccessFlags, RnicError};
@@ -202,7 +202,7 @@ pub(crate) struct Span {
 #[derive(Default)]
 pub(crate) struct CopyEngine {
     clock: u64,
-    done: HashMap<(Span, Span), u64>,
+    done: FxHashMap<(Span, Span), u64>,
     /// Bytes actually copied.
     pub copied_bytes: u64,
     /// Bytes whose copy was elided because the destination already held them.

@@ -25,6 +25,7 @@ mod verbs_ops;
 mod wire;
 mod world;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,11 +52,22 @@ pub enum ClockMode {
 
 struct Shared {
     world: Mutex<World>,
+    /// The world's clock as last published (`World::clock`).
+    clock: Arc<AtomicU64>,
     mode: ClockMode,
     start: Instant,
 }
 
 impl Shared {
+    /// The model's time in ps: in virtual time the published clock, with no
+    /// lock taken; in wall-clock time the model first catches up to now.
+    fn now_ps(&self) -> Ps {
+        match self.mode {
+            ClockMode::Virtual => self.clock.load(Ordering::Acquire),
+            ClockMode::Wall => self.lock().now,
+        }
+    }
+
     fn lock(&self) -> parking_lot::MutexGuard<'_, World> {
         let mut w = self.world.lock();
         if self.mode == ClockMode::Wall {
@@ -86,7 +98,8 @@ impl SimFabric {
     /// clock and random seed.
     pub fn new(profile: RnicProfile, hosts: usize, seed: u64, mode: ClockMode) -> Self {
         let world = World::new(profile, hosts.max(1), seed);
-        SimFabric { shared: Arc::new(Shared { world: Mutex::new(world), mode, start: Instant::now() }) }
+        let clock = world.clock.clone();
+        SimFabric { shared: Arc::new(Shared { world: Mutex::new(world), clock, mode, start: Instant::now() }) }
     }
 
     /// Two hosts, the `cx6-100g` profile, virtual time.
@@ -120,12 +133,12 @@ impl SimFabric {
 
     /// Current model time in ns.
     pub fn now_ns(&self) -> u64 {
-        self.shared.lock().now / PS_PER_NS
+        self.shared.now_ps() / PS_PER_NS
     }
 
     /// Current model time in ps.
     pub fn now_ps(&self) -> Ps {
-        self.shared.lock().now
+        self.shared.now_ps()
     }
 
     /// Time of the next pending event in ps, if any.
@@ -269,7 +282,7 @@ impl Rnic for SimRnic {
     }
 
     fn clock_ns(&self) -> u64 {
-        self.shared.lock().now / PS_PER_NS
+        self.shared.now_ps() / PS_PER_NS
     }
 
     fn alloc_pd(&mut self) -> Result<PdHandle, RnicError> {

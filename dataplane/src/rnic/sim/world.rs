@@ -5,6 +5,8 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -81,7 +83,15 @@ pub(crate) const QPN_BASE: u32 = 0x100;
 /// Everything the simulator knows.
 pub(crate) struct World {
     pub now: Ps,
+    /// `now`, published after each advance so that reading the clock
+    /// (`Rnic::clock_ns` in virtual time) need not take the world's lock.
+    pub clock: Arc<AtomicU64>,
     seq: u64,
+    /// The earliest pending event when it was scheduled ahead of every
+    /// event in `events` (the common case: the scheduler's next turn, a
+    /// QP's next WQE), kept out of the heap. Never later than the heap's
+    /// top, so the queue's order is `front` then `events`.
+    front: Option<Scheduled>,
     events: BinaryHeap<Reverse<Scheduled>>,
     /// The pending events' payloads, indexed by their queue entry's slot.
     slots: Vec<Option<Event>>,
@@ -125,7 +135,9 @@ impl World {
             .collect();
         World {
             now: 0,
+            clock: Arc::new(AtomicU64::new(0)),
             seq: 0,
+            front: None,
             events: BinaryHeap::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -153,21 +165,43 @@ impl World {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.events.push(Reverse((at, self.seq, slot)));
+        let key = (at, self.seq, slot);
+        // `seq` grows, so a key that ties on time comes after every
+        // pending one: the front slot takes it only if it is strictly
+        // earlier than everything queued.
+        let heap_after = self.events.peek().is_none_or(|Reverse(top)| at < top.0);
+        match self.front {
+            None if heap_after => self.front = Some(key),
+            Some(f) if at < f.0 => {
+                self.events.push(Reverse(f));
+                self.front = Some(key);
+            }
+            _ => self.events.push(Reverse(key)),
+        }
+    }
+
+    /// The next pending event's key, without taking it.
+    fn peek(&self) -> Option<Scheduled> {
+        self.front.or_else(|| self.events.peek().map(|Reverse(s)| *s))
+    }
+
+    /// Takes the next pending event's key.
+    fn pop(&mut self) -> Option<Scheduled> {
+        self.front.take().or_else(|| self.events.pop().map(|Reverse(s)| s))
     }
 
     /// Time of the next pending event.
     pub fn next_event_at(&self) -> Option<Ps> {
-        self.events.peek().map(|Reverse(s)| s.0)
+        self.peek().map(|s| s.0)
     }
 
     /// Runs every event up to and including `t`, then sets the clock to `t`.
     pub fn advance_to(&mut self, t: Ps) {
-        while let Some(&Reverse((at, _, slot))) = self.events.peek() {
+        while let Some((at, _, slot)) = self.peek() {
             if at > t {
                 break;
             }
-            self.events.pop();
+            self.pop();
             let ev = self.slots.get_mut(slot as usize).and_then(Option::take);
             self.free.push(slot);
             self.now = at;
@@ -176,6 +210,7 @@ impl World {
             self.dispatch(ev);
         }
         self.now = self.now.max(t);
+        self.clock.store(self.now, Ordering::Release);
     }
 
     /// Runs all events at the next event instant. Returns `false` if none.
@@ -243,5 +278,48 @@ impl World {
 
     pub fn host_by_gid(&self, gid: &Gid) -> Option<usize> {
         self.hosts.iter().position(|h| &h.gid == gid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Drains the queue, returning each event's (time, marker).
+    fn drain(w: &mut World) -> Vec<(Ps, usize)> {
+        let mut out = Vec::new();
+        while let Some((at, _, slot)) = w.pop() {
+            if let Some(Event::Sched { host }) = w.slots[slot as usize].take() {
+                out.push((at, host));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn events_run_by_time_then_by_the_order_they_were_scheduled() {
+        let mut w = World::new(RnicProfile::cx6_100g(), 1, 1);
+        // Earlier-than-everything events take the front slot and push the
+        // previous front into the heap; ties keep their scheduling order.
+        let times: [Ps; 9] = [50, 40, 40, 10, 60, 10, 5, 40, 5];
+        for (marker, &t) in times.iter().enumerate() {
+            w.schedule(t, Event::Sched { host: marker });
+        }
+        let mut want: Vec<(Ps, usize)> = times.iter().enumerate().map(|(m, &t)| (t, m)).collect();
+        want.sort();
+        assert_eq!(drain(&mut w), want);
+    }
+
+    #[test]
+    fn an_event_scheduled_while_running_keeps_its_place() {
+        let mut w = World::new(RnicProfile::cx6_100g(), 1, 1);
+        w.schedule(30, Event::Sched { host: 0 });
+        w.schedule(20, Event::Sched { host: 1 });
+        let first = w.pop().map(|k| k.0);
+        assert_eq!(first, Some(20));
+        // Same time as the pending one: it runs after it.
+        w.schedule(30, Event::Sched { host: 2 });
+        w.schedule(25, Event::Sched { host: 3 });
+        assert_eq!(drain(&mut w), vec![(25, 3), (30, 0), (30, 2)]);
     }
 }
