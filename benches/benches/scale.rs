@@ -14,7 +14,9 @@
 //! (10,000 QPs).
 //!
 //! `cargo bench -p perf-benches --bench scale`; `PERF_BENCH_QUICK=1` runs
-//! each cell once, briefly. Each cell is the median of 5 runs, the cells
+//! each cell once, briefly; `PERF_BENCH_ONLY=TEXT` runs only the cells
+//! whose key (`perf-wasm/1000x8`, `scale_case`, `scale_large/3000x1`)
+//! contains TEXT (for profiling one). Each cell is the median of 5 runs, the cells
 //! measured in turn within a run. `bench-report` plots the curve.
 
 use std::time::Duration;
@@ -62,9 +64,11 @@ fn main() {
     );
     // Every run measures each cell once, in turn, so that a change in the
     // machine's load spreads over all cells instead of skewing a few.
+    let only = std::env::var("PERF_BENCH_ONLY").unwrap_or_default();
     let cells: Vec<(&str, &str, u32, u32)> = POLICIES
         .iter()
         .flat_map(|&(label, policy)| TENANTS.iter().flat_map(move |&t| QPS.iter().map(move |&q| (label, policy, t, q))))
+        .filter(|&(label, _, t, q)| format!("{label}/{t}x{q}").contains(only.as_str()))
         .collect();
     let shape = |t, q| LoadShape {
         tenants: t,
@@ -132,6 +136,24 @@ fn main() {
     }
 
     // The paper's scale case, as the runner would set it up.
+    if "scale_case".contains(only.as_str()) {
+        scale_case(&mut rec, warmup, budget);
+    }
+    // Larger shapes, once each.
+    for (t, q) in [(3000u32, 1u32), (1250, 8)] {
+        if format!("scale_large/{t}x{q}").contains(only.as_str()) {
+            large(&mut rec, t, q, warmup, budget);
+        }
+    }
+    if only.is_empty() {
+        rec.save();
+    } else {
+        println!("PERF_BENCH_ONLY is set: figures not saved");
+    }
+}
+
+/// The paper's scale case, 1000 B tenants x 8 QPs + one M tenant, under wasm `perf`.
+fn scale_case(rec: &mut Recorder, warmup: Duration, budget: Duration) {
     let shape =
         LoadShape { tenants: 1000, qps: 8, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
     match measure("wasm:perf", shape, warmup, budget) {
@@ -150,28 +172,27 @@ fn main() {
             rec.note("scale_case/refused", &e);
         }
     }
-    // Larger shapes, once each.
-    for (t, q) in [(3000u32, 1u32), (1250, 8)] {
-        let shape =
-            LoadShape { tenants: t, qps: q, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
-        let key = format!("scale_large/perf-wasm/{t}x{q}");
-        match measure("wasm:perf", shape, warmup, budget) {
-            Ok(m) => {
-                println!(
-                    "large (wasm perf) {t} tenants x {q} QPs ({} QPs): {:.0} ns/round, {:.1} ns/WQE, {:.2} M WQEs/s",
-                    shape.total_qps(),
-                    m.ns_per_round(),
-                    m.ns_per_wqe(),
-                    m.wqes_per_s() / 1e6
-                );
-                rec.figure(&format!("{key}/ns_per_wqe"), m.ns_per_wqe(), "ns");
-                rec.figure(&format!("{key}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
-            }
-            Err(e) => {
-                println!("large (wasm perf) {t} tenants x {q} QPs: refused: {e}");
-                rec.note(&format!("{key}/refused"), &e);
-            }
+}
+
+/// One larger shape, `t` tenants x `q` QPs, under wasm `perf`, once.
+fn large(rec: &mut Recorder, t: u32, q: u32, warmup: Duration, budget: Duration) {
+    let shape = LoadShape { tenants: t, qps: q, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
+    let key = format!("scale_large/perf-wasm/{t}x{q}");
+    match measure("wasm:perf", shape, warmup, budget) {
+        Ok(m) => {
+            println!(
+                "large (wasm perf) {t} tenants x {q} QPs ({} QPs): {:.0} ns/round, {:.1} ns/WQE, {:.2} M WQEs/s",
+                shape.total_qps(),
+                m.ns_per_round(),
+                m.ns_per_wqe(),
+                m.wqes_per_s() / 1e6
+            );
+            rec.figure(&format!("{key}/ns_per_wqe"), m.ns_per_wqe(), "ns");
+            rec.figure(&format!("{key}/wqes_per_s"), m.wqes_per_s() / 1e6, "M WQEs/s");
+        }
+        Err(e) => {
+            println!("large (wasm perf) {t} tenants x {q} QPs: refused: {e}");
+            rec.note(&format!("{key}/refused"), &e);
         }
     }
-    rec.save();
 }
