@@ -52,6 +52,7 @@
 //! and the bytes in flight under it are kept up to date as plans change
 //! and WQEs post and retire, not summed over the tenants each round.
 
+use super::qp::ChargedOp;
 use super::*;
 
 /// Bytes a tenant of weight 1 may admit per visit.
@@ -101,8 +102,8 @@ impl<R: Rnic> Dataplane<R> {
         }
         (self.signal_bytes, self.uncovered_cap) = self.signal_bounds(budget);
         let mut did = false;
-        for (dir, &b) in budget.iter().enumerate() {
-            did |= self.admit_direction(dir, b, now)?;
+        for dir in 0..2 {
+            did |= self.admit_direction(dir, budget, now)?;
         }
         // A tenant a visit would leave unchanged leaves the set; arrivals,
         // activations, completions and plan changes put it back.
@@ -130,8 +131,15 @@ impl<R: Rnic> Dataplane<R> {
     /// always found its READ budget full set every round's start, and the
     /// tenant after it came before the one after that in the other
     /// direction every round, taking the room each round freed there.
-    fn admit_direction(&mut self, dir: usize, budget: u64, now: u64) -> Result<bool, RnicError> {
+    ///
+    /// A READ's request holds room on the requester's side too (its packet
+    /// and a turn of the requester's send scheduler, `WindowCharge`), so
+    /// a READ is admitted only while the WRITE direction also has room for
+    /// it, or within the tenant's reservation there: READs cannot fill the
+    /// requester's send scheduler behind the WRITE budget's back.
+    fn admit_direction(&mut self, dir: usize, budgets: [u64; 2], now: u64) -> Result<bool, RnicError> {
         let n = self.tenants.len();
+        let budget = budgets[dir];
         let mut total = self.windowed_inflight[dir];
         // The candidates in the walk's order: from `admit_next` round.
         let mut cands = std::mem::take(&mut self.scratch.admit);
@@ -159,6 +167,19 @@ impl<R: Rnic> Dataplane<R> {
             .map(|&t| self.tenants[t].weight.max(1) as u64)
             .sum();
         let weights = weights.max(1);
+        // READ requests' reservations on the requester's side are shares
+        // among every tenant with data to admit there or here.
+        let request_weights: u64 = if dir == 1 {
+            cands
+                .iter()
+                .filter(|&&t| self.plans[t].windowed() && !self.tenants[t].paused && self.has_data_qp(t, None))
+                .map(|&t| self.tenants[t].weight.max(1) as u64)
+                .sum::<u64>()
+                .max(1)
+        } else {
+            1
+        };
+        let request_bytes = WindowCharge::data(0, ChargedOp::Read, self.wqe_turn_bytes).held[0] as u64;
         let mut did = false;
         let mut stopped_at = None;
         loop {
@@ -185,13 +206,22 @@ impl<R: Rnic> Dataplane<R> {
                     // bound what goes past it (many tenants each putting one
                     // chunk past the budget would queue a small message in
                     // the NIC behind all of them).
+                    let sparse = || held == 0 && self.sparse(t);
                     let open = budget == 0
                         || total < budget
-                        || (held == 0 && self.sparse(t))
+                        || sparse()
                         || held + self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes) <= reserved;
-                    if !open {
+                    // A READ's request on the requester's side.
+                    let request_open = dir == 0 || {
+                        let (budget, held) = (budgets[0], self.tenants[t].inflight[0]);
+                        budget == 0
+                            || self.windowed_inflight[0] < budget
+                            || held + request_bytes <= (budget * w / request_weights).min(RESERVED_BYTES * w)
+                            || (held == 0 && sparse())
+                    };
+                    if !open || !request_open {
                         self.counters.window_holds += 1;
-                        self.pipeline.held(dir == 1);
+                        self.pipeline.held(dir == 1 && !open);
                         stopped_at.get_or_insert(t);
                         if self.uncovered_bytes > 0 && total <= self.uncovered_bytes {
                             did |= self.cover_unsignaled(t)?;
@@ -268,7 +298,7 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn signal_windowed(&mut self, qi: usize, step: WindowedStep, signal_every: u32, specs: &mut [WqeSpec]) {
         let (signal_bytes, cap) = (self.signal_bytes, self.uncovered_cap);
         let q = &mut self.qps[qi];
-        let bytes = specs.first().map_or(0, |s| s.charge.bytes as u64);
+        let bytes = specs.first().map_or(0, |s| s.charge.bytes() as u64);
         let n = specs.len() as u32;
         let covered_later = specs.iter().skip(1).any(|s| s.signaled);
         let signal = signal_bytes == 0

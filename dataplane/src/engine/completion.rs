@@ -124,7 +124,9 @@ impl<R: Rnic> Dataplane<R> {
         let mut this_seq = None;
         while let Some((seq, meta, charge)) = q.posted.pop_front() {
             retired += 1;
-            released[charge.read as usize] += charge.bytes as u64;
+            for (k, &b) in charge.held.iter().enumerate() {
+                released[k] += b as u64;
+            }
             let this = seq & WR_SEQ_MASK == seq_low;
             if this {
                 this_seq = Some(seq);

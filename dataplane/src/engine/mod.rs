@@ -277,10 +277,12 @@ impl TenantState {
 
     /// Charges a data WQE against the windows, and against `windowed` (the
     /// windowed tenants' total) if the tenant is windowed.
-    fn charge_window(&mut self, c: WindowCharge, windowed: Option<&mut [u64; 2]>) {
-        self.inflight[c.read as usize] += c.bytes as u64;
-        if let Some(w) = windowed {
-            w[c.read as usize] += c.bytes as u64;
+    fn charge_window(&mut self, c: WindowCharge, mut windowed: Option<&mut [u64; 2]>) {
+        for (k, &b) in c.held.iter().enumerate() {
+            self.inflight[k] += b as u64;
+            if let Some(w) = windowed.as_deref_mut() {
+                w[k] += b as u64;
+            }
         }
     }
 }

@@ -218,11 +218,11 @@ impl<R: Rnic> Dataplane<R> {
                     self.tenants[t].bucket.take(bytes);
                     let mut probe = false;
                     if let Some((c, inline)) = specs.get(before).map(|s| (s.charge, s.inline)) {
-                        if plan.windowed() && c.bytes > 0 {
+                        if plan.windowed() && c.bytes() > 0 {
                             let ahead = self.windowed_inflight[c.read as usize];
                             let seq = q.next_seq + before as u64;
                             let fetched = !inline && !c.read;
-                            let wqe = PostedWqe { read: c.read, qp: qi, seq, bytes: c.bytes as u64, fetched };
+                            let wqe = PostedWqe { read: c.read, qp: qi, seq, bytes: c.bytes() as u64, fetched };
                             probe = self.pipeline.posted(wqe, now, ahead);
                         }
                         self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
@@ -367,7 +367,9 @@ impl<R: Rnic> Dataplane<R> {
             self.tenants[t].lost_releases += lost as u32;
             let mut unposted = [0u64; 2];
             for s in &specs[posted..] {
-                unposted[s.charge.read as usize] += s.charge.bytes as u64;
+                for (k, &b) in s.charge.held.iter().enumerate() {
+                    unposted[k] += b as u64;
+                }
             }
             self.tenants[t].release_window(unposted, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
             for s in &specs[posted..] {

@@ -41,10 +41,15 @@ pub(crate) enum Meta {
 /// ([`perf_policy_sdk::TenantPlan::window_kib`]) until it is retired.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct WindowCharge {
-    /// Counted against the READ window (else the WRITE / SEND window).
+    /// Admitted under the READ direction's budget (else the WRITE / SEND
+    /// direction's).
     pub read: bool,
-    /// Bytes: payload plus the per-packet overhead.
-    pub bytes: u32,
+    /// Bytes it holds of each direction's budget, in bytes of the link's
+    /// time: `[requester's wire, responder's wire]`. A WRITE or SEND holds
+    /// the requester's side only; a READ holds its response on the
+    /// responder's side and its request (a header-only packet and a turn of
+    /// the requester's send scheduler) on the requester's side.
+    pub held: [u32; 2],
 }
 
 /// The NIC-wide send scheduler's time per WQE, ns: ConnectX-6's message
@@ -87,7 +92,13 @@ impl WindowCharge {
     /// 32 B WRITE 118 B for 134 B of wire, and a link those WRITEs kept
     /// busy looked 0.88 busy to the pipeline floor's check, which grew
     /// the budget fourfold (random mix #86 of seed 2: a 311 B READ beside
-    /// 221 QPs of 32 B WRITEs waited 8.3 us for 1.9 alone).
+    /// 221 QPs of 32 B WRITEs waited 8.3 us for 1.9 alone). A READ's
+    /// request is charged on the requester's side too (its header-only
+    /// packet with its RETH, or a scheduler turn): charged only their
+    /// responses, READs of 16 B on 240 QPs filled the requester's send
+    /// scheduler unseen by the WRITE budget (random mix #4 of seed 3: the
+    /// READs at 1.90 of their entitlement, a 512 KB WRITE stream beside
+    /// them at 0.15; now 0.62 and 1.20).
     ///
     /// [`PACKET_OVERHEAD_BYTES`]: perf_policy_sdk::limits::PACKET_OVERHEAD_BYTES
     /// [`RETH_BYTES`]: perf_policy_sdk::limits::RETH_BYTES
@@ -96,8 +107,19 @@ impl WindowCharge {
         let pkts = (len as u64).div_ceil(4096).max(1);
         let reth = if op == ChargedOp::Write { RETH_BYTES } else { 0 };
         let wire = len as u64 + pkts * PACKET_OVERHEAD_BYTES + reth;
-        let bytes = wire.max(turn_bytes as u64);
-        WindowCharge { read: op == ChargedOp::Read, bytes: bytes.min(u32::MAX as u64) as u32 }
+        let bytes = wire.max(turn_bytes as u64).min(u32::MAX as u64) as u32;
+        match op {
+            ChargedOp::Read => {
+                let request = (PACKET_OVERHEAD_BYTES + RETH_BYTES).max(turn_bytes as u64) as u32;
+                WindowCharge { read: true, held: [request, bytes] }
+            }
+            ChargedOp::Write | ChargedOp::Send => WindowCharge { read: false, held: [bytes, 0] },
+        }
+    }
+
+    /// Bytes it holds of the budget it is admitted under.
+    pub fn bytes(&self) -> u32 {
+        self.held[self.read as usize]
     }
 }
 
@@ -235,16 +257,21 @@ mod tests {
         let turn = (NIC_WQE_TURN_NS * 12.5).round() as u32;
         assert_eq!(turn, 112);
         // A small message: the scheduler turn is its dominant cost.
-        assert_eq!(WindowCharge::data(8, ChargedOp::Send, turn).bytes, 112);
+        assert_eq!(WindowCharge::data(8, ChargedOp::Send, turn).bytes(), 112);
         // 32 B: 118 B on the wire as a SEND, 134 B as a WRITE (its RETH).
-        assert_eq!(WindowCharge::data(32, ChargedOp::Send, turn).bytes, 118);
-        assert_eq!(WindowCharge::data(32, ChargedOp::Write, turn).bytes, 134);
+        assert_eq!(WindowCharge::data(32, ChargedOp::Send, turn).bytes(), 118);
+        assert_eq!(WindowCharge::data(32, ChargedOp::Write, turn).bytes(), 134);
         // Two packets' headers for an 8 KiB chunk, one RETH; a READ's
-        // response has no RETH and counts against the READ budget.
+        // response has no RETH and counts against the READ budget, its
+        // request (a scheduler turn here) against the WRITE budget.
         let chunk = WindowCharge::data(8192, ChargedOp::Write, turn);
-        assert_eq!(chunk, WindowCharge { read: false, bytes: 8192 + 2 * 86 + 16 });
-        assert_eq!(WindowCharge::data(4096, ChargedOp::Read, turn), WindowCharge { read: true, bytes: 4096 + 86 });
-        // No known link rate: the wire alone.
-        assert_eq!(WindowCharge::data(8, ChargedOp::Send, 0).bytes, 94);
+        assert_eq!(chunk, WindowCharge { read: false, held: [8192 + 2 * 86 + 16, 0] });
+        let read = WindowCharge::data(4096, ChargedOp::Read, turn);
+        assert_eq!(read, WindowCharge { read: true, held: [112, 4096 + 86] });
+        assert_eq!(read.bytes(), 4096 + 86);
+        // No known link rate: the wire alone; a READ's request is its
+        // header-only packet and RETH.
+        assert_eq!(WindowCharge::data(8, ChargedOp::Send, 0).bytes(), 94);
+        assert_eq!(WindowCharge::data(8, ChargedOp::Read, 0).held, [86 + 16, 94]);
     }
 }

@@ -102,7 +102,9 @@ impl<R: Rnic> Dataplane<R> {
             self.tenants[t].qps_in_nic -= 1;
         }
         for (_, meta, charge) in q.posted.drain(..) {
-            released[charge.read as usize] += charge.bytes as u64;
+            for (k, &b) in charge.held.iter().enumerate() {
+                released[k] += b as u64;
+            }
             match meta {
                 Meta::App { wr_id, posted_ns, .. } => out.push(Completion {
                     wr_id,
