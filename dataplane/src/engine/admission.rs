@@ -52,7 +52,6 @@
 //! and the bytes in flight under it are kept up to date as plans change
 //! and WQEs post and retire, not summed over the tenants each round.
 
-use super::qp::ChargedOp;
 use super::*;
 
 /// Bytes a tenant of weight 1 may admit per visit.
@@ -160,26 +159,24 @@ impl<R: Rnic> Dataplane<R> {
         }
         // The reservations are shares among the tenants with data to
         // admit in this direction (all of them candidates), so together
-        // they stay within the budget.
-        let weights: u64 = cands
-            .iter()
-            .filter(|&&t| self.plans[t].windowed() && !self.tenants[t].paused && self.has_data_qp(t, Some(dir)))
-            .map(|&t| self.tenants[t].weight.max(1) as u64)
-            .sum();
-        let weights = weights.max(1);
-        // READ requests' reservations on the requester's side are shares
-        // among every tenant with data to admit there or here.
-        let request_weights: u64 = if dir == 1 {
-            cands
-                .iter()
-                .filter(|&&t| self.plans[t].windowed() && !self.tenants[t].paused && self.has_data_qp(t, None))
-                .map(|&t| self.tenants[t].weight.max(1) as u64)
-                .sum::<u64>()
-                .max(1)
-        } else {
-            1
-        };
-        let request_bytes = WindowCharge::data(0, ChargedOp::Read, self.wqe_turn_bytes).held[0] as u64;
+        // they stay within the budget; a READ request's reservation on the
+        // requester's side is a share among every tenant with data to
+        // admit there or here.
+        let (mut weights, mut request_weights) = (0u64, 0u64);
+        for &t in &cands {
+            if !self.plans[t].windowed() || self.tenants[t].paused {
+                continue;
+            }
+            let w = self.tenants[t].weight.max(1) as u64;
+            if self.has_data_qp(t, Some(dir)) {
+                weights += w;
+            }
+            if dir == 1 && self.has_data_qp(t, None) {
+                request_weights += w;
+            }
+        }
+        let (weights, request_weights) = (weights.max(1), request_weights.max(1));
+        let request_bytes = WindowCharge::read_request(self.wqe_turn_bytes) as u64;
         let mut did = false;
         let mut stopped_at = None;
         loop {

@@ -109,12 +109,17 @@ impl WindowCharge {
         let wire = len as u64 + pkts * PACKET_OVERHEAD_BYTES + reth;
         let bytes = wire.max(turn_bytes as u64).min(u32::MAX as u64) as u32;
         match op {
-            ChargedOp::Read => {
-                let request = (PACKET_OVERHEAD_BYTES + RETH_BYTES).max(turn_bytes as u64) as u32;
-                WindowCharge { read: true, held: [request, bytes] }
-            }
+            ChargedOp::Read => WindowCharge { read: true, held: [Self::read_request(turn_bytes), bytes] },
             ChargedOp::Write | ChargedOp::Send => WindowCharge { read: false, held: [bytes, 0] },
         }
+    }
+
+    /// What a READ's request holds on the requester's side: its
+    /// header-only packet with its RETH, or a turn of the send scheduler
+    /// (`turn_bytes`), whichever is more.
+    pub fn read_request(turn_bytes: u32) -> u32 {
+        use perf_policy_sdk::limits::{PACKET_OVERHEAD_BYTES, RETH_BYTES};
+        (PACKET_OVERHEAD_BYTES + RETH_BYTES).max(turn_bytes as u64) as u32
     }
 
     /// Bytes it holds of the budget it is admitted under.
