@@ -340,3 +340,15 @@ fn reads_are_charged_their_requests_on_the_requesters_side() {
     let (m, out) = random_mix(3, 10, "fairshare", "read-requests");
     assert_eq!(passed(&m, "fairshare"), (1, 1, 0), "{out}");
 }
+
+/// Random mix #11 of seed 3: 16 B WRITEs 11 deep on 4 QPs beside a 130 KB
+/// stream of weight 2 on 6 QPs. The small tenant moves less than its share
+/// of the link, so it is entitled to its rate alone, which its round trip
+/// sets: `fairshare`'s latency feedback watches it, and shrinks the budget
+/// while it waits. Watched only when it kept two chunks in flight, it was
+/// not (44 messages outstanding), and read 0.78 of its rate alone.
+#[test]
+fn a_tenant_below_its_share_is_watched_by_the_latency_feedback() {
+    let (m, out) = random_mix(3, 11, "fairshare", "watched");
+    assert_eq!(passed(&m, "fairshare"), (1, 1, 0), "{out}");
+}
