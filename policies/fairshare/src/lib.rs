@@ -185,7 +185,11 @@ impl FairShare {
     ///   open-loop sender), or
     /// - it moved less this tick than its weighted share of the link among
     ///   the tenants with work (its payload plus each message's headers
-    ///   and each 4 KiB packet's). Such a tenant is entitled to all it asks
+    ///   and each 4 KiB packet's), and, where the loop's work is charged,
+    ///   took less than its weighted share of the loop (a message-rate
+    ///   tenant bound by the loop waits for the loop, which a smaller
+    ///   budget does not help: it makes completions free room a chunk at
+    ///   a time, more work for the loop). Such a tenant is entitled to all it asks
     ///   (the contract's demand: no weighted max-min share is below the
     ///   equal one), so its rate is set by its round trip, however many
     ///   messages it keeps outstanding; a stream 11 deep on 4 QPs of 16 B
@@ -198,10 +202,13 @@ impl FairShare {
         let active = |s: &&TenantStats| s.backlogged_qps > 0 || s.completed > 0;
         let weights: u64 = stats.iter().take(n).filter(active).map(|s| s.weight.max(1) as u64).sum();
         let link_bytes = span_ns as u128 * self.loop_info.link_gbps as u128 / 8;
+        let loop_ps = span_ns as u128 * 1000;
         let mut hurt = false;
         for (i, s) in stats.iter().enumerate().take(n) {
-            let share = link_bytes * s.weight.max(1) as u128;
-            let below_share = weights > 0 && (Self::wire_bytes(s) as u128) * (weights as u128) < share;
+            let (w, all) = (s.weight.max(1) as u128, weights as u128);
+            let below_share = weights > 0
+                && (Self::wire_bytes(s) as u128) * all < link_bytes * w
+                && (self.loop_ps(s) as u128) * all < loop_ps * w;
             let watched = below_share || Self::demand(s) <= 2 * self.chunk as u64;
             if !watched || s.completed < 4 || s.mean_latency_ns == 0 {
                 continue;
@@ -213,6 +220,17 @@ impl FairShare {
             hurt |= s.mean_latency_ns * 1000 > *base * self.params.hurt_permille as u64;
         }
         hurt
+    }
+
+    /// What a tenant's completions of the tick cost a charged dataplane
+    /// loop, ps (0 for a free loop): a WQE per message and per chunk of
+    /// its bytes with its zero-weight WRs, and a CQE per message, at the
+    /// loop block's costs.
+    fn loop_ps(&self, s: &TenantStats) -> u64 {
+        let (info, p) = (&self.loop_info, &self.params);
+        let chunks = s.bytes / self.chunk.max(1) as u64;
+        let wqes = s.completed.saturating_add(chunks.saturating_mul(1 + p.zero_weight as u64));
+        wqes.saturating_mul(info.wqe_ps as u64).saturating_add(s.completed.saturating_mul(info.cqe_ps as u64))
     }
 
     /// What a tenant's completions of the tick took of the link, bytes:
@@ -435,11 +453,12 @@ mod tests {
         // 312 KB each for two tenants of weight 1.
         let tick = 50_000u64;
         let link = LoopInfo { link_gbps: 100, ..LoopInfo::UNKNOWN };
-        // 16 B WRITEs 11 deep on 4 QPs (far more than two chunks in
-        // flight), 1000 messages a tick: about 100 KB of the link.
+        // 16 B WRITEs 32 deep on 4 QPs (more than two chunks in flight,
+        // even the 5 KiB ones of a charged loop), 1000 messages a tick:
+        // about 100 KB of the link.
         let deep_small = |latency_ns| TenantStats {
             backlogged_qps: 4,
-            max_depth: 11,
+            max_depth: 32,
             completed: 1000,
             bytes: 16_000,
             ..sparse(latency_ns)
@@ -452,7 +471,7 @@ mod tests {
             bytes: 500_000,
             ..sparse(latency_ns)
         };
-        let run = |tenants: &dyn Fn(u64) -> [TenantStats; 2]| {
+        let run_on = |link: LoopInfo, tenants: &dyn Fn(u64) -> [TenantStats; 2]| {
             let mut p = FairShare::default();
             p.on_loop(&link);
             let mut plans = [TenantPlan::PASSTHROUGH; 2];
@@ -463,6 +482,7 @@ mod tests {
             }
             plans[0].window_kib as u32
         };
+        let run = |tenants: &dyn Fn(u64) -> [TenantStats; 2]| run_on(link, tenants);
         let floor = (FairShareParams::default().window_kib * FairShareParams::default().floor_permille).div_ceil(1000);
         // The deep small stream's latency rises: it is below its share,
         // so the budget shrinks to its floor.
@@ -470,6 +490,12 @@ mod tests {
         // The stream's own latency rises: it is above its share (bound by
         // fair admission, not by its latency), so the budget stays.
         assert_eq!(run(&|l| [deep_small(1650), bulk(l * 40)]), FairShareParams::default().window_kib);
+        // With the loop's work charged (19.1 ns a WQE, 99.2 ns a CQE), its
+        // 1000 messages take 118 us of the loop a tick: more than its
+        // share of the loop, which its latency then waits for, and which a
+        // smaller budget does not help. It is not watched.
+        let charged = LoopInfo { wqe_ps: 19_111, cqe_ps: 99_176, ..link };
+        assert_eq!(run_on(charged, &|l| [deep_small(l), bulk(60_000)]), FairShareParams::default().window_kib);
     }
 
     #[test]
