@@ -106,8 +106,9 @@ pub struct FairShareParams {
     /// the NIC's pipeline, measured (`engine/pipeline.rs`), however many
     /// tenants share it.
     pub floor_permille: u32,
-    /// A watched tenant (see `watched_tenant_hurt`) is hurt when its mean latency in a tick exceeds its
-    /// lowest seen by this factor (per mille).
+    /// A watched tenant (see `watched_tenant_hurt`) is hurt when its mean
+    /// latency in a tick exceeds its lowest seen by this factor (per
+    /// mille).
     pub hurt_permille: u32,
     /// The budget grows back by its size over this many ticks while no
     /// watched tenant is hurt (it shrinks by 1/8 per tick while one is):
@@ -189,9 +190,9 @@ impl FairShare {
     ///   took less than its weighted share of the loop (a message-rate
     ///   tenant bound by the loop waits for the loop, which a smaller
     ///   budget does not help: it makes completions free room a chunk at
-    ///   a time, more work for the loop). Such a tenant is entitled to all it asks
-    ///   (the contract's demand: no weighted max-min share is below the
-    ///   equal one), so its rate is set by its round trip, however many
+    ///   a time, more work for the loop). Such a tenant is entitled to all
+    ///   it asks (the contract's demand: no weighted max-min share is below
+    ///   the equal one), so its rate is set by its round trip, however many
     ///   messages it keeps outstanding; a stream 11 deep on 4 QPs of 16 B
     ///   WRITEs beside a 130 KB stream read 0.78 of its rate alone while
     ///   only the first kind was watched (random mix #11 of seed 3).
