@@ -152,8 +152,10 @@ pub struct FairShare {
     /// Per QP (direct-mapped): bytes of whole messages posted since its
     /// last zero-weight WR.
     since_zero_weight: [u32; QP_SLOTS],
-    /// When the last tick ran, ns.
-    last_tick_ns: u64,
+    /// When the last tick ran, ns (`None` before this module's first tick:
+    /// a module swapped in mid-run counts its first tick as one interval,
+    /// the span its first statistics cover, not the time since 0).
+    last_tick_ns: Option<u64>,
 }
 
 perf_policy_common::default_from_params!(FairShare, FairShareParams);
@@ -168,7 +170,7 @@ impl FairShare {
             loop_info: LoopInfo::UNKNOWN,
             chunk: params.chunk_bytes,
             since_zero_weight: [0; QP_SLOTS],
-            last_tick_ns: 0,
+            last_tick_ns: None,
         }
     }
 
@@ -307,7 +309,10 @@ impl Policy for FairShare {
 
     fn on_tick(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
         let n = stats.len().min(plans.len()).min(MAX_TENANTS);
-        let span = now_ns.saturating_sub(core::mem::replace(&mut self.last_tick_ns, now_ns));
+        let span = match self.last_tick_ns.replace(now_ns) {
+            Some(last) => now_ns.saturating_sub(last),
+            None => self.params.tick_ns,
+        };
         let hurt = self.watched_tenant_hurt(span, stats, n);
         let mut kib = [0u16; 2];
         for (dir, budget_kib) in [self.params.window_kib, self.params.read_window_kib].into_iter().enumerate() {
@@ -497,6 +502,23 @@ mod tests {
         // smaller budget does not help. It is not watched.
         let charged = LoopInfo { wqe_ps: 19_111, cqe_ps: 99_176, ..link };
         assert_eq!(run_on(charged, &|l| [deep_small(l), bulk(60_000)]), FairShareParams::default().window_kib);
+    }
+
+    #[test]
+    fn a_module_swapped_in_mid_run_counts_its_first_tick_as_one_interval() {
+        // Two streams, each above its half of the link in a tick (400 KB of
+        // the 625 KB a 50 us tick carries at 100 Gb/s), with more than two
+        // chunks in flight: neither is watched. A module loaded 10 s into
+        // the run must judge its first tick's statistics over one tick, not
+        // over the 10 s since time 0 (where both would read as far below
+        // their share, and be watched).
+        let mut p = FairShare::new(FairShareParams { tick_ns: 50_000, ..FairShareParams::default() });
+        p.on_loop(&LoopInfo { link_gbps: 100, ..LoopInfo::UNKNOWN });
+        let stream =
+            TenantStats { ewma_msg_bytes: 50_000.0, max_depth: 4, completed: 8, bytes: 400_000, ..sparse(60_000) };
+        let mut plans = [TenantPlan::PASSTHROUGH; 2];
+        p.on_tick(10_000_000_000, &[stream, stream], &mut plans);
+        assert_eq!(p.base_latency[..2], [0, 0], "neither stream is watched on the first tick");
     }
 
     #[test]
