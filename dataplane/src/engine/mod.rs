@@ -240,6 +240,9 @@ struct TenantState {
     /// from next.
     deficit: [i64; 2],
     next_qp: [usize; 2],
+    /// Fair admission, per direction: the bytes admitted per unit of
+    /// weight (`admission.rs`), at most one budget behind the lead.
+    admitted_per_weight: [f64; 2],
     /// How many of its QPs hold WQEs posted to the NIC (a non-empty
     /// [`DpQp::posted`]): kept where a QP's first WQE is posted and where
     /// its last one retires, so admission's QP cap needs no walk.
@@ -436,6 +439,9 @@ struct Scratch {
     out: Vec<Completion>,
     /// The tenants fair admission visits in a round.
     admit: Vec<usize>,
+    /// The tenants fair admission serves ahead of its round robin, with
+    /// their bytes admitted per unit of weight (`admission.rs`).
+    behind: Vec<(f64, usize)>,
     /// Tenant ids announced by their request channels.
     arrived: Vec<u32>,
     /// Requests taken from a tenant's channel in one batch.
@@ -597,6 +603,7 @@ impl<R: Rnic> Dataplane<R> {
             delivered: 0,
             inflight: [0; 2],
             deficit: [0; 2],
+            admitted_per_weight: [0.0; 2],
             next_qp: [0; 2],
             qps_in_nic: 0,
             loop_credit: 0,

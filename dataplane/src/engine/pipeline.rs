@@ -38,14 +38,21 @@
 /// where they read x1.5 or less at 0.95.
 pub(super) const FLOOR_UTILIZATION: f64 = 0.95;
 
-/// The share of the link a direction must move in a tick in which fair
-/// admission held data back for the budget: below it the budget, not the
-/// tenants, idled the link, and the floor grows (see [`Pipeline::tick`]).
-/// Under the contract's bar of 0.95 with a margin for a tick's jitter: at
-/// 0.97 the floor grew in cells already 0.98 busy, and the ping-pongs
-/// there waited behind what it let queue (x1.49 to x1.52 of their p99
-/// alone beside `send-8k-32q-pl8`).
-const BUSY_SHARE: f64 = 0.93;
+/// The share of the link a direction's completions must give back, on
+/// average over the ticks in which fair admission held data back for the
+/// budget: below it the budget, not the tenants, idled the link, and the
+/// floor grows (see [`Pipeline::tick`]). The contract's bar itself
+/// ([`FLOOR_UTILIZATION`]), judged on the average, not on one tick: on
+/// single ticks it grew the floor in cells already 0.98 busy, out of a
+/// tick's jitter, and the ping-pongs there waited behind what it let
+/// queue (x1.49 to x1.52 of their p99 alone beside `send-8k-32q-pl8`);
+/// a margin under the bar (0.93 per tick) left cells 0.93 to 0.95 busy
+/// (`mr-write-8b-8q vs send-8k-32q-pl8`: 0.939 of passthrough's
+/// utilization once fair admission serves the tenants behind first, its
+/// 8 B WRITEs holding room in the NIC's per-QP processing; 0.956 now).
+const BUSY_SHARE: f64 = FLOOR_UTILIZATION;
+/// The weight of a tick in the average of [`Pipeline::busy`].
+const BUSY_AVERAGING: f64 = 0.25;
 /// How the floor grows after a tick that idled the link, and shrinks back
 /// per tick that did not, and its most.
 const FLOOR_GROWTH: f64 = 1.125;
@@ -74,6 +81,10 @@ pub(super) struct Pipeline {
     /// Per direction, what the floor is multiplied by (1 until a tick idles
     /// the link with data held back).
     growth: [f64; 2],
+    /// Per direction, the share of the link its completions gave back in
+    /// the ticks whose budget held data back, averaged (`None` until the
+    /// first): one short tick is jitter, a short average is the floor's.
+    busy: [Option<f64>; 2],
     last_tick_ns: u64,
 }
 
@@ -160,8 +171,9 @@ impl Pipeline {
     /// A policy tick at `now_ns` on a link moving `link_bytes_per_ns`: the
     /// largest WQE of the tick ending becomes the one before, and the floor
     /// of a direction whose budget held data back while its completions
-    /// gave back less than [`BUSY_SHARE`] of what the link moves in a tick
-    /// grows by [`FLOOR_GROWTH`] (the measured product fell short of what
+    /// gave back less than [`BUSY_SHARE`] of what the link moves, averaged
+    /// over the ticks that held data back (a tick that held none resets
+    /// the average), grows by [`FLOOR_GROWTH`] (the measured product fell short of what
     /// keeps the link busy: a sample timed on other WQEs, completions that
     /// come back in bursts), and otherwise shrinks back by [`FLOOR_DECAY`].
     /// Work conservation is then what the floor is held to, not a model of
@@ -176,7 +188,10 @@ impl Pipeline {
             let moved = std::mem::take(&mut self.moved[dir]) as f64;
             let held = std::mem::take(&mut self.held[dir]);
             let g = self.growth[dir].max(1.0);
-            self.growth[dir] = if held && moved < BUSY_SHARE * capacity {
+            let share = if capacity > 0.0 { moved / capacity } else { 1.0 };
+            let busy = &mut self.busy[dir];
+            *busy = if held { Some(busy.map_or(share, |b| b + (share - b) * BUSY_AVERAGING)) } else { None };
+            self.growth[dir] = if busy.is_some_and(|b| b < BUSY_SHARE) {
                 (g * FLOOR_GROWTH).min(FLOOR_MOST)
             } else {
                 (g * FLOOR_DECAY).max(1.0)
@@ -331,6 +346,7 @@ mod tests {
         };
         assert_eq!(tick(&mut p, 60_000, false), 1.0, "short, but nothing held back: the tenants' own doing");
         assert_eq!(tick(&mut p, 125_000, true), 1.0, "held back with the link busy: the floor is enough");
+        assert_eq!(tick(&mut p, 112_500, true), 1.0, "one tick 0.90 busy among busy ones is jitter");
         assert_eq!(tick(&mut p, 60_000, true), FLOOR_GROWTH, "held back with the link short");
         assert_eq!(tick(&mut p, 60_000, true), FLOOR_GROWTH * FLOOR_GROWTH);
         for _ in 0..40 {
@@ -338,8 +354,13 @@ mod tests {
         }
         assert_eq!(p.growth[0], FLOOR_MOST);
         assert_eq!(p.growth[1], 1.0, "the READ direction is its own");
+        // It shrinks back once the link is busy on average: the average
+        // climbs from 0 past 0.95 in 11 busy ticks (1 - 0.75^11 = 0.958).
+        for _ in 0..10 {
+            assert_eq!(tick(&mut p, 125_000, true), FLOOR_MOST, "still short on average");
+        }
         let grown = tick(&mut p, 125_000, true);
-        assert_eq!(grown, FLOOR_MOST * FLOOR_DECAY, "and it shrinks back once the link is busy");
+        assert_eq!(grown, FLOOR_MOST * FLOOR_DECAY, "and it shrinks back once the link is busy on average");
         p.posted(wqe(false, 3, 10, 8192, true), t, 0);
         p.completed(3, 10, t + 2655, 12.5, [8192, 0]);
         // The busy tick's completions gave back 12.5 KB each, the most.
