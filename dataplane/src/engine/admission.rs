@@ -254,9 +254,8 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Serves first the tenants behind the others in what fair admission
-    /// gave them per unit of weight, the
-    /// furthest behind first, each until it has caught up with the lead or
-    /// finds no room.
+    /// gave them per unit of weight, the furthest behind first, each until
+    /// it has caught up with the lead or finds no room.
     ///
     /// Deficit round robin shares what is admitted among the tenants with
     /// data to admit *now*: a tenant that had none for a while (a
