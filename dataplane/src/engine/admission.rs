@@ -183,9 +183,8 @@ impl<R: Rnic> Dataplane<R> {
         // admit in this direction (all of them candidates), so together
         // they stay within the budget; a READ request's reservation on the
         // requester's side is a share among every tenant with data to
-        // admit there or here.
-        // The tenants with data to admit in this direction are also those
-        // `admit_behind` may serve first.
+        // admit there or here. The tenants with data to admit in this
+        // direction are also those `admit_behind` may serve first.
         let (mut weights, mut request_weights) = (0u64, 0u64);
         let mut with_data = std::mem::take(&mut self.scratch.behind);
         with_data.clear();
@@ -287,7 +286,6 @@ impl<R: Rnic> Dataplane<R> {
             *admitted < lead
         });
         behind.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let weight_sum = walk.weights;
         for &(_, t) in &behind {
             while self.tenants[t].admitted_per_weight[dir] < lead {
                 let Some(qi) = self.next_data_qp(t, dir) else { break };
@@ -295,11 +293,7 @@ impl<R: Rnic> Dataplane<R> {
                 // tenant's message) never waits for room: it needs no
                 // precedence, and posted ahead it would take the shared
                 // room that keeps the pipeline full from the others.
-                let held = self.tenants[t].inflight[dir];
-                let w = self.tenants[t].weight.max(1) as u64;
-                let reserved = (walk.budgets[dir] * w / weight_sum).min(RESERVED_BYTES * w);
-                let next = self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes);
-                if held + next <= reserved || (held == 0 && self.sparse(t)) {
+                if self.needs_no_room(t, qi, walk) {
                     break;
                 }
                 self.tenants[t].visit_round = self.counters.rounds;
@@ -312,6 +306,19 @@ impl<R: Rnic> Dataplane<R> {
         Ok(())
     }
 
+    /// Whether tenant `t`'s next data WQE from QP `qi` may go in the
+    /// walk's direction without room in the shared budget: as a sparse
+    /// tenant's message, or within its reservation, the WQE included. Past
+    /// the budget a tenant posts only so, so the reservations bound what
+    /// goes past it (many tenants each putting one chunk past the budget
+    /// would queue a small message in the NIC behind all of them).
+    fn needs_no_room(&self, t: usize, qi: usize, walk: &Walk) -> bool {
+        let held = self.tenants[t].inflight[walk.dir];
+        let w = self.tenants[t].weight.max(1) as u64;
+        let reserved = (walk.budgets[walk.dir] * w / walk.weights).min(RESERVED_BYTES * w);
+        (held == 0 && self.sparse(t)) || held + self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes) <= reserved
+    }
+
     /// Posts tenant `t`'s next data WQE from QP `qi` in the walk's
     /// direction if there is room for it (see the module comment), and
     /// returns its charge; `None` when there is no room or the QP could
@@ -320,17 +327,8 @@ impl<R: Rnic> Dataplane<R> {
         let (dir, budget) = (walk.dir, walk.budgets[walk.dir]);
         let held = self.tenants[t].inflight[dir];
         let w = self.tenants[t].weight.max(1) as u64;
-        let reserved = (budget * w / walk.weights).min(RESERVED_BYTES * w);
-        // Past the shared budget a tenant posts only within its
-        // reservation, the WQE included, so the reservations bound what
-        // goes past it (many tenants each putting one chunk past the
-        // budget would queue a small message in the NIC behind all of
-        // them).
         let sparse = || held == 0 && self.sparse(t);
-        let open = budget == 0
-            || walk.total < budget
-            || sparse()
-            || held + self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes) <= reserved;
+        let open = budget == 0 || walk.total < budget || self.needs_no_room(t, qi, walk);
         // A READ's request on the requester's side.
         let request_open = dir == 0 || {
             let request_bytes = WindowCharge::read_request(self.wqe_turn_bytes) as u64;

@@ -38,11 +38,11 @@
 /// where they read x1.5 or less at 0.95.
 pub(super) const FLOOR_UTILIZATION: f64 = 0.95;
 
-/// The share of the link a direction's completions must give back, on
-/// average over the ticks in which fair admission held data back for the
-/// budget: below it the budget, not the tenants, idled the link, and the
-/// floor grows (see [`Pipeline::tick`]). The contract's bar itself
-/// ([`FLOOR_UTILIZATION`]), judged on the average, not on one tick: on
+/// The share of the link a direction's completions must give back in a
+/// tick in which fair admission held data back for the budget, and on
+/// average over such ticks: below it the budget, not the tenants, idled
+/// the link, and the floor grows (see [`Pipeline::tick`]). The contract's
+/// bar itself ([`FLOOR_UTILIZATION`]), judged on the average too: on
 /// single ticks it grew the floor in cells already 0.98 busy, out of a
 /// tick's jitter, and the ping-pongs there waited behind what it let
 /// queue (x1.49 to x1.52 of their p99 alone beside `send-8k-32q-pl8`);
@@ -179,9 +179,10 @@ impl Pipeline {
     /// of a direction whose budget held data back while its completions
     /// gave back less than [`BUSY_SHARE`] of what the link moves, in the
     /// tick and on average over the ticks that held data back (a tick
-    /// that held none resets the average), grows by [`FLOOR_GROWTH`] (the measured product fell short of what
-    /// keeps the link busy: a sample timed on other WQEs, completions that
-    /// come back in bursts), and otherwise shrinks back by [`FLOOR_DECAY`].
+    /// that held none resets the average), grows by [`FLOOR_GROWTH`] (the
+    /// measured product fell short of what keeps the link busy: a sample
+    /// timed on other WQEs, completions that come back in bursts), and
+    /// otherwise shrinks back by [`FLOOR_DECAY`].
     /// Work conservation is then what the floor is held to, not a model of
     /// it.
     pub(super) fn tick(&mut self, now_ns: u64, link_bytes_per_ns: f64) {
