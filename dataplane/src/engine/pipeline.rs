@@ -52,10 +52,9 @@ pub(super) const FLOOR_UTILIZATION: f64 = 0.95;
 /// 8 B WRITEs holding room in the NIC's per-QP processing; 0.958 now).
 /// The tick must be short too: on the average alone the floor went on
 /// growing for the ticks the average took to climb back after a start
-/// (eleven from 0), to 1.5x-1.7x where the link was 0.98 busy, and the
-/// 16 B message-rate victims beside `send-8k-32q-pl8` on
-/// `cx6-100g-costly` read 0.83 and 0.84 of their entitlement (0.86 and
-/// 0.88 now).
+/// (eleven from 0), where the link was 0.98 busy too, and the 16 B
+/// message-rate victims beside `send-8k-32q-pl8` on `cx6-100g-costly`
+/// read 0.83 and 0.84 of their entitlement (0.86 and 0.88 now).
 const BUSY_SHARE: f64 = FLOOR_UTILIZATION;
 /// The weight of a tick in the average of [`Pipeline::busy`].
 const BUSY_AVERAGING: f64 = 0.25;
