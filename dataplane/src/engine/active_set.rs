@@ -45,14 +45,15 @@ impl<R: Rnic> Dataplane<R> {
         qps.clear();
         qps.extend_from_slice(&self.tenants[t].qps);
         // A QP holds its slot while it has work in software or in the NIC.
+        let mut active = 0;
         for &qi in qps.iter() {
             let q = &mut self.qps[qi];
             if q.active && !q.has_work() && q.outstanding == 0 {
                 q.active = false;
             }
             handoff::end_drain(q);
+            active += handoff::holds_slot(q) as usize;
         }
-        let mut active = qps.iter().filter(|&&qi| handoff::holds_slot(&self.qps[qi])).count();
         // Over the cap (the plan shrank): stop feeding the extras; what
         // they already posted drains.
         for &qi in qps.iter().rev() {

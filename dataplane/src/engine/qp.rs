@@ -128,16 +128,37 @@ impl WindowCharge {
     }
 }
 
-/// Dataplane state of one data QP.
+/// Dataplane state of one data QP. `repr(C)`, with the fields that the
+/// per-tenant passes of a round read for every QP of a tenant first
+/// (`active_set.rs`, `tick.rs`: whether it holds a slot, has work, and
+/// what it has outstanding), in its first line: at a thousand tenants
+/// these passes walk QPs out of cache, and the lines each QP brings in
+/// are what they cost (`benches/scale.rs`, the scale case).
+#[repr(C, align(64))]
 pub(crate) struct DpQp {
     pub tenant: u32,
-    pub index: u32,
-    pub nic_qp: QpHandle,
+    /// Application messages posted and not yet completed.
+    pub outstanding: u32,
+    /// In the tenant's active set (allowed to post).
+    pub active: bool,
+    /// Host hand-off (a NIC without in-NIC cross-channel): the QP gave up
+    /// its slot but keeps it until its posted messages complete, so the QP
+    /// taking over starts only then (see `handoff.rs`).
+    pub draining: bool,
+    /// The QP failed: everything further completes with a flush error.
+    pub failed: bool,
+    /// Waiting for an advertisement: not offered to fair admission until
+    /// the next look ([`super::rendezvous`]).
+    pub parked: bool,
+    /// Post the PCQ release (SEND_ENABLE) at the end of the next batch.
+    pub pending_release: bool,
     /// The hardware traffic class it was created in.
     pub traffic_class: u8,
     /// Requests waiting for the QP to be allowed, in post order.
     pub held: VecDeque<WorkRequest>,
     pub cursor: Option<Cursor>,
+    pub index: u32,
+    pub nic_qp: QpHandle,
     /// Posted WQEs not yet retired: (sequence number, meaning, window charge).
     pub posted: VecDeque<(u64, Meta, WindowCharge)>,
     pub next_seq: u64,
@@ -154,11 +175,6 @@ pub(crate) struct DpQp {
     pub rendezvous: Option<QpRendezvous>,
     /// Since when its next SEND waits for its RECV's advertisement.
     pub descriptor_wait_since: Option<u64>,
-    /// Waiting for an advertisement: not offered to fair admission until
-    /// the next look ([`super::rendezvous`]).
-    pub parked: bool,
-    /// In the tenant's active set (allowed to post).
-    pub active: bool,
     pub active_since_ns: u64,
     pub active_requests: u32,
     pub active_bytes: u64,
@@ -167,18 +183,8 @@ pub(crate) struct DpQp {
     /// The PCQ count of the last WAIT posted (the QP is blocked in the NIC
     /// until the PCQ has completed that many hand-offs).
     pub waiting_on: Option<u64>,
-    /// Post the PCQ release (SEND_ENABLE) at the end of the next batch.
-    pub pending_release: bool,
-    /// Host hand-off (a NIC without in-NIC cross-channel): the QP gave up
-    /// its slot but keeps it until its posted messages complete, so the QP
-    /// taking over starts only then (see `handoff.rs`).
-    pub draining: bool,
     /// Error of a hidden WQE, to report on the message it belongs to.
     pub pending_error: Option<WcStatus>,
-    /// The QP failed: everything further completes with a flush error.
-    pub failed: bool,
-    /// Application messages posted and not yet completed.
-    pub outstanding: u32,
     /// Completions of a failed QP's requests that never reached the NIC,
     /// delivered once its posted messages have completed.
     pub dead: VecDeque<Completion>,

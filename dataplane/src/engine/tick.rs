@@ -51,8 +51,10 @@ impl<R: Rnic> Dataplane<R> {
         let mut stats = std::mem::take(&mut self.scratch.stats);
         stats.clear();
         stats.extend(self.tenants.iter().enumerate().map(|(i, ts)| {
-            let backlogged = ts.qps.iter().filter(|&&qi| self.qps[qi].depth() > 0).count() as u32;
-            let depth_now = ts.qps.iter().map(|&qi| self.qps[qi].depth()).max().unwrap_or(0);
+            let (backlogged, depth_now) = ts.qps.iter().fold((0u32, 0u32), |(n, most), &qi| {
+                let d = self.qps[qi].depth();
+                (n + (d > 0) as u32, most.max(d))
+            });
             TenantStats {
                 tenant: i as u32,
                 qps: ts.qps.len() as u32,
