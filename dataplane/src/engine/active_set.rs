@@ -68,9 +68,13 @@ impl<R: Rnic> Dataplane<R> {
         let n = qps.len();
         let start = self.tenants[t].rr;
         waiting.clear();
+        // The QPs from the rotation pointer on, then those before it.
+        let (earlier, from_start) = qps.split_at(start.checked_rem(n).unwrap_or(0));
         waiting.extend(
-            (0..n)
-                .map(|k| qps[(start + k) % n])
+            from_start
+                .iter()
+                .chain(earlier)
+                .copied()
                 // Only a drained QP can take a slot: a stream still in the NIC
                 // would run beside the slot's owner.
                 .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work() && self.qps[qi].outstanding == 0),
