@@ -64,7 +64,8 @@ fn time(n: u32, mut f: impl FnMut(u32)) -> f64 {
 /// (`_churn`); `request` is a 1 MB WRITE (for `perf`, ABI 1.5, the host
 /// answers it from the tenant's plan without a call) and `request_call`
 /// a 2 KB one under a plan with zero-weight WRs (shorter than a chunk:
-/// `perf` is called, for its carry).
+/// `perf` was called for it, for its carry, until ABI 1.8 let the host
+/// apply the carry).
 const HOOKS: [&str; 8] =
     ["on_tick64", "round64", "round64_churn", "on_request", "request", "request_call", "on_tenant", "tick_interval"];
 

@@ -97,6 +97,9 @@ pub const CONTROL_MINOR: u16 = 5;
 /// The ABI minor version from which the control block's last word is
 /// [`Control::zero_weight_op`] (it was reserved before).
 pub const ZERO_WEIGHT_OP_MINOR: u16 = 6;
+/// The ABI minor version from which a module may declare
+/// [`RequestCalls::PlanWithCarry`] (before, its wire bit was refused).
+pub const CARRY_MINOR: u16 = 8;
 /// The optional export (ABI 1.7) `perf_loop_ptr() -> i32`: the address of
 /// the loop block, one [`LoopInfo`] the host writes before each
 /// `perf_on_tick` (the glue hands it to `Policy::on_loop`). A module
@@ -509,6 +512,9 @@ mod tests {
             RequestCalls::Plan { sends: true },
             RequestCalls::PlanExceptShort { sends: false },
             RequestCalls::PlanExceptShort { sends: true },
+            RequestCalls::PlanWithCarry { sends: false, unit_bytes: 1 },
+            RequestCalls::PlanWithCarry { sends: true, unit_bytes: 1024 },
+            RequestCalls::PlanWithCarry { sends: true, unit_bytes: RequestCalls::MAX_UNIT_BYTES },
         ] {
             for op in [ZeroWeightOp::Wait, ZeroWeightOp::Nop] {
                 let d = Declared { zero_weight_op: op, ..declared(1_000_000, calls) };
@@ -529,7 +535,7 @@ mod tests {
         encode_control(&declared(1 << 63, RequestCalls::Every), &mut b);
         assert_eq!(decode_control(&b), Err(ControlError::BadTickInterval(1 << 63)));
         encode_control(&declared(10, RequestCalls::Every), &mut b);
-        for w in [2u32, 4, 6, 8, 1 << 31, 9] {
+        for w in [2u32, 4, 6, 8, 1 << 31, 9, 0x10d, 0x101, 0x108] {
             b[8..12].copy_from_slice(&w.to_le_bytes());
             assert_eq!(decode_control(&b), Err(ControlError::BadRequestCalls(w)), "{w:#x}");
         }
@@ -546,20 +552,41 @@ mod tests {
         let req = |len, op| RequestInfo { tenant: 0, qp: 0, len, op, depth: 1 };
         let w = RequestOp::Write;
         let plain = RequestCalls::Plan { sends: false };
-        assert_eq!(RequestCalls::Every.answer(&req(1 << 20, w), &plan), None);
-        assert_eq!(plain.answer(&req(1 << 20, w), &plan), Some(plan.split));
-        assert_eq!(plain.answer(&req(1023, w), &plan), Some(SplitPlan::WHOLE));
-        assert_eq!(plain.answer(&req(2048, w), &plan), Some(plan.split));
-        assert_eq!(plain.answer(&req(1 << 20, RequestOp::Send), &plan), Some(SplitPlan::WHOLE));
-        assert_eq!(RequestCalls::Plan { sends: true }.answer(&req(1 << 20, RequestOp::Send), &plan), Some(plan.split));
+        assert_eq!(RequestCalls::Every.answer(&req(1 << 20, w), &plan, &mut 0), None);
+        assert_eq!(plain.answer(&req(1 << 20, w), &plan, &mut 0), Some(plan.split));
+        assert_eq!(plain.answer(&req(1023, w), &plan, &mut 0), Some(SplitPlan::WHOLE));
+        assert_eq!(plain.answer(&req(2048, w), &plan, &mut 0), Some(plan.split));
+        assert_eq!(plain.answer(&req(1 << 20, RequestOp::Send), &plan, &mut 0), Some(SplitPlan::WHOLE));
+        assert_eq!(
+            RequestCalls::Plan { sends: true }.answer(&req(1 << 20, RequestOp::Send), &plan, &mut 0),
+            Some(plan.split)
+        );
         let short = RequestCalls::PlanExceptShort { sends: true };
-        assert_eq!(short.answer(&req(2048, w), &plan), None, "shorter than a chunk, zero-weight WRs: a call");
-        assert_eq!(short.answer(&req(16384, w), &plan), Some(plan.split));
-        assert_eq!(short.answer(&req(512, w), &plan), Some(SplitPlan::WHOLE));
+        assert_eq!(short.answer(&req(2048, w), &plan, &mut 0), None, "shorter than a chunk, zero-weight WRs: a call");
+        assert_eq!(short.answer(&req(16384, w), &plan, &mut 0), Some(plan.split));
+        assert_eq!(short.answer(&req(512, w), &plan, &mut 0), Some(SplitPlan::WHOLE));
         let no_zw = TenantPlan { split: SplitPlan { zero_weight_per_chunk: 0, ..plan.split }, ..plan };
-        assert_eq!(short.answer(&req(2048, w), &no_zw), Some(no_zw.split));
+        assert_eq!(short.answer(&req(2048, w), &no_zw, &mut 0), Some(no_zw.split));
         let never = TenantPlan { split_threshold: 0, ..plan };
-        assert_eq!(short.answer(&req(1 << 20, w), &never), Some(SplitPlan::WHOLE));
+        assert_eq!(short.answer(&req(1 << 20, w), &never, &mut 0), Some(SplitPlan::WHOLE));
+        // ABI 1.8: the host applies PeRF's carry, one zero-weight WR per
+        // unit of payload with the rest carried, at most the plan's count.
+        let carried = RequestCalls::PlanWithCarry { sends: true, unit_bytes: 1024 };
+        let zw = |n| Some(SplitPlan { zero_weight_per_chunk: n, ..plan.split });
+        let mut carry = 0;
+        assert_eq!(carried.answer(&req(1536, w), &plan, &mut carry), zw(1));
+        assert_eq!(carry, 512);
+        assert_eq!(carried.answer(&req(1536, RequestOp::Send), &plan, &mut carry), zw(2));
+        assert_eq!(carry, 0);
+        assert_eq!(carried.answer(&req(16384, w), &plan, &mut carry), Some(plan.split), "a chunk: the plan's own");
+        assert_eq!(carried.answer(&req(512, w), &plan, &mut carry), Some(SplitPlan::WHOLE), "under the threshold");
+        assert_eq!(carry, 0, "only the messages it applies to move the carry");
+        let mut carry = 1023;
+        let few = TenantPlan { split: SplitPlan { zero_weight_per_chunk: 3, ..plan.split }, ..plan };
+        let three = Some(SplitPlan { zero_weight_per_chunk: 3, ..plan.split });
+        assert_eq!(carried.answer(&req(16000, w), &few, &mut carry), three, "at most the plan's count");
+        assert_eq!(carry, (1023 + 16000) % 1024);
+        assert_eq!(carried.answer(&req(2048, w), &no_zw, &mut carry), Some(no_zw.split));
         // The plan rule with `sends: false` is the default `on_request`.
         struct Default0;
         impl crate::Policy for Default0 {
@@ -571,7 +598,7 @@ mod tests {
             for op in [RequestOp::Write, RequestOp::Send, RequestOp::Read] {
                 for p in [plan, no_zw, never, TenantPlan::PASSTHROUGH] {
                     let want = crate::Policy::on_request(&mut Default0, &req(len, op), &p);
-                    assert_eq!(plain.answer(&req(len, op), &p), Some(want));
+                    assert_eq!(plain.answer(&req(len, op), &p, &mut 0), Some(want));
                 }
             }
         }

@@ -59,7 +59,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 7);
+pub const ABI_VERSION: (u16, u16) = (1, 8);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -518,6 +518,20 @@ pub enum RequestCalls {
         /// As in [`RequestCalls::Plan`].
         sends: bool,
     },
+    /// The plan rule, and PeRF's zero-weight carry applied by the host
+    /// (ABI 1.8): a message the plan splits that is shorter than its
+    /// chunk while the plan has zero-weight WRs gets one zero-weight WR
+    /// per `unit_bytes` of its payload plus the tenant's carry (at most
+    /// the plan's count), and what is left under a unit becomes the
+    /// tenant's carry. The host keeps the carry, one per tenant, from 0;
+    /// no request is a call.
+    PlanWithCarry {
+        /// As in [`RequestCalls::Plan`].
+        sends: bool,
+        /// The payload one zero-weight WR stands for, in bytes
+        /// (`1..=`[`RequestCalls::MAX_UNIT_BYTES`]).
+        unit_bytes: u32,
+    },
 }
 
 impl RequestCalls {
@@ -527,43 +541,76 @@ impl RequestCalls {
     const SENDS: u32 = 2;
     /// Wire bit: short messages with zero-weight WRs are calls.
     const SHORT: u32 = 4;
+    /// Wire bit (ABI 1.8): the host applies the zero-weight carry; the
+    /// unit is the word's bits 8-31.
+    const CARRY: u32 = 8;
+    /// Where the carry's unit starts in the wire value.
+    const UNIT_SHIFT: u32 = 8;
+    /// The largest unit [`RequestCalls::PlanWithCarry`] can declare.
+    pub const MAX_UNIT_BYTES: u32 = u32::MAX >> Self::UNIT_SHIFT;
 
     /// The answer for `req` under its tenant's `plan` without a call, or
-    /// `None` if the request is a call.
-    pub fn answer(&self, req: &RequestInfo, plan: &TenantPlan) -> Option<SplitPlan> {
-        let (sends, short) = match *self {
+    /// `None` if the request is a call. `carry` is the tenant's zero-weight
+    /// carry, which [`RequestCalls::PlanWithCarry`] reads and updates
+    /// (the others leave it).
+    pub fn answer(&self, req: &RequestInfo, plan: &TenantPlan, carry: &mut u64) -> Option<SplitPlan> {
+        let (sends, short, unit) = match *self {
             RequestCalls::Every => return None,
-            RequestCalls::Plan { sends } => (sends, false),
-            RequestCalls::PlanExceptShort { sends } => (sends, true),
+            RequestCalls::Plan { sends } => (sends, false, None),
+            RequestCalls::PlanExceptShort { sends } => (sends, true, None),
+            RequestCalls::PlanWithCarry { sends, unit_bytes } => (sends, true, Some(unit_bytes.max(1) as u64)),
         };
         if plan.split_threshold == 0 || req.len < plan.split_threshold || (req.op == RequestOp::Send && !sends) {
             return Some(SplitPlan::WHOLE);
         }
         if short && plan.split.zero_weight_per_chunk > 0 && req.len < plan.split.chunk_bytes as u64 {
-            return None;
+            let unit = unit?;
+            let bytes = carry.saturating_add(req.len);
+            *carry = bytes % unit;
+            let zero_weight = (bytes / unit).min(plan.split.zero_weight_per_chunk as u64) as u32;
+            return Some(SplitPlan { zero_weight_per_chunk: zero_weight, ..plan.split });
         }
         Some(plan.split)
     }
 
     /// The wire value (the control block's `request_calls`, ABI 1.5):
     /// 0 for [`RequestCalls::Every`], else bit 0 (plan) with bit 1 (SENDs
-    /// split) and bit 2 (short messages are calls).
+    /// split) and bit 2 (short messages are calls), or bit 3 (ABI 1.8: the
+    /// host applies the carry) with the unit in bits 8-31. A unit of 0 is
+    /// sent as 1; one over [`RequestCalls::MAX_UNIT_BYTES`] cannot be sent,
+    /// and its declaration goes as [`RequestCalls::PlanExceptShort`]
+    /// (those messages are calls).
     pub const fn to_word(self) -> u32 {
         match self {
             RequestCalls::Every => 0,
             RequestCalls::Plan { sends } => Self::PLAN | if sends { Self::SENDS } else { 0 },
             RequestCalls::PlanExceptShort { sends } => Self::PLAN | Self::SHORT | if sends { Self::SENDS } else { 0 },
+            RequestCalls::PlanWithCarry { sends, unit_bytes } => {
+                if unit_bytes > Self::MAX_UNIT_BYTES {
+                    return RequestCalls::PlanExceptShort { sends }.to_word();
+                }
+                let unit = if unit_bytes == 0 { 1 } else { unit_bytes };
+                Self::PLAN | Self::CARRY | (unit << Self::UNIT_SHIFT) | if sends { Self::SENDS } else { 0 }
+            }
         }
     }
 
-    /// The declaration of wire value `w`, if it is one (any other bit, or
-    /// bits 1-2 without bit 0, is not).
+    /// The declaration of wire value `w`, if it is one (not: any other
+    /// bit, bits 1-3 without bit 0, bits 2 and 3 together, bit 3 with a
+    /// unit of 0, or a unit without bit 3).
     pub const fn from_word(w: u32) -> Option<RequestCalls> {
         let sends = w & Self::SENDS != 0;
-        Some(match w {
-            0 => RequestCalls::Every,
-            _ if w & !(Self::PLAN | Self::SENDS | Self::SHORT) != 0 || w & Self::PLAN == 0 => return None,
-            _ if w & Self::SHORT != 0 => RequestCalls::PlanExceptShort { sends },
+        let unit_bytes = w >> Self::UNIT_SHIFT;
+        let flags = w & ((1 << Self::UNIT_SHIFT) - 1);
+        let carry = flags & Self::CARRY != 0;
+        Some(match flags {
+            0 if unit_bytes == 0 => RequestCalls::Every,
+            _ if flags & !(Self::PLAN | Self::SENDS | Self::SHORT | Self::CARRY) != 0 || flags & Self::PLAN == 0 => {
+                return None
+            }
+            _ if carry != (unit_bytes != 0) || (carry && flags & Self::SHORT != 0) => return None,
+            _ if carry => RequestCalls::PlanWithCarry { sends, unit_bytes },
+            _ if flags & Self::SHORT != 0 => RequestCalls::PlanExceptShort { sends },
             _ => RequestCalls::Plan { sends },
         })
     }

@@ -205,7 +205,7 @@ fn render(
         w,
         "## 2. Policy cost: wasm vs native, epoch vs fuel\n\n`cargo bench --workspace --bench policy_round`\n"
     )?;
-    writeln!(w, "The `perf` policy's hooks, native and as `perf.wasm` in the sandbox under each interruption mechanism of the host (`WasmLimits::interruption`), median ns per call. `on_tick64` is one scheduling round over 64 tenants, the policy called itself; `round64` the same round through the `PolicyHost` as the loop runs it (`on_tick` and `on_pacing`, plans validated; ABI 1.5: only the changed records cross), its statistics unchanged since the last tick, and `round64_churn` with every record changed. `on_request` is the policy's call; `request` the per-message path through the host (a 1 MB WRITE, which the host answers from the plan where the policy declares it, ABI 1.5) and `request_call` a 2 KB WRITE that `perf` is still called for (its zero-weight carry). Aim: wasm at most 1.5x native for the hot hooks.\n")?;
+    writeln!(w, "The `perf` policy's hooks, native and as `perf.wasm` in the sandbox under each interruption mechanism of the host (`WasmLimits::interruption`), median ns per call. `on_tick64` is one scheduling round over 64 tenants, the policy called itself; `round64` the same round through the `PolicyHost` as the loop runs it (`on_tick` and `on_pacing`, plans validated; ABI 1.5: only the changed records cross), its statistics unchanged since the last tick, and `round64_churn` with every record changed. `on_request` is the policy's call; `request` the per-message path through the host (a 1 MB WRITE, which the host answers from the plan where the policy declares it, ABI 1.5) and `request_call` a 2 KB WRITE shorter than the plan's chunk, which earns zero-weight WRs by PeRF's carry (ABI 1.8: the host applies the carry too, where `perf` was called for it before). Aim: wasm at most 1.5x native for the hot hooks; the issue's, 1.3x per round and per message.\n")?;
     writeln!(w, "| hook | native ns | wasm (epoch) ns | wasm (fuel) ns | epoch / native | fuel / native |\n|---|---:|---:|---:|---:|---:|")?;
     for h in HOOKS {
         writeln!(
@@ -227,6 +227,18 @@ fn render(
             meets(t <= 1.5),
             meets(r <= 1.5)
         )?;
+        // What the loop runs: the round and the per-message path through
+        // the host (the worse of the two requests).
+        let path = |h: &str| run.get(&format!("policy/{h}/wasm_epoch_over_native"));
+        if let (Some(round), Some(a), Some(b)) = (path("round64"), path("request"), path("request_call")) {
+            let msg = a.max(b);
+            writeln!(
+                w,
+                "As the loop runs them, through the host: a round (round64) {round:.2}x ({}), a message (the worse of request and request_call) {msg:.2}x ({}), against 1.3x.\n",
+                meets(round <= 1.3),
+                meets(msg <= 1.3)
+            )?;
+        }
         if t > 1.5 || r > 1.5 {
             gaps.push(Gap { what: format!("policy cost, wasm/native: on_tick64 {t:.2}x, on_request {r:.2}x (aim 1.5x)"), why: format!("A wasm call has a fixed entry and exit cost (an empty call of the spin module, unbounded, costs {} ns) that dwarfs hooks of a few native ns,", run.show("interrupt/none/ns_per_call", 1)) + " and `on_tick` marshals every tenant's stats record into linear memory and decodes every plan back. Closing it: keep the stats table resident in the module's memory and write only records that changed, decode only plans that changed, and take `on_request` off the per-message path (split plans per tenant per tick, which the dataplane applies natively)." });
         }

@@ -176,15 +176,15 @@ impl PolicyLoader {
         self.tx.as_ref().is_some_and(|tx| tx.send(Job::Load(req)).is_ok())
     }
 
-    /// Hands a swapped-out policy to the thread to drop; gives it back if
-    /// the thread is gone.
-    pub fn retire(&self, host: PolicyHost) -> Result<(), PolicyHost> {
+    /// Hands a swapped-out policy to the thread to drop; gives it back
+    /// (boxed, as it was sent) if the thread is gone.
+    pub fn retire(&self, host: PolicyHost) -> Result<(), Box<PolicyHost>> {
         match &self.tx {
             Some(tx) => tx.send(Job::Retire(Box::new(host))).map_err(|e| match e.0 {
-                Job::Retire(h) => *h,
+                Job::Retire(h) => h,
                 Job::Load(_) => unreachable!("sent a retire job"),
             }),
-            None => Err(host),
+            None => Err(Box::new(host)),
         }
     }
 

@@ -132,6 +132,9 @@ pub struct PolicyHost {
     request_calls: RequestCalls,
     /// Which WQE the policy's zero-weight WRs are (read with `request_calls`).
     zero_weight_op: ZeroWeightOp,
+    /// Each tenant's zero-weight carry, for a policy that declares
+    /// [`RequestCalls::PlanWithCarry`] (ABI 1.8), by tenant index.
+    carry: Vec<u64>,
 }
 
 impl PolicyHost {
@@ -152,6 +155,7 @@ impl PolicyHost {
             wasm_tick_ns: passthrough::Passthrough.tick_interval_ns(),
             request_calls: RequestCalls::Every,
             zero_weight_op: ZeroWeightOp::Wait,
+            carry: Vec::new(),
         };
         h.refresh_tick();
         h
@@ -432,7 +436,13 @@ impl PolicyHost {
     /// The validated split plan for a request.
     pub fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
         self.counters.calls += 1;
-        if let Some(s) = self.request_calls.answer(req, plan) {
+        let t = req.tenant as usize;
+        if matches!(self.request_calls, RequestCalls::PlanWithCarry { .. }) && self.carry.len() <= t {
+            self.carry.resize(t + 1, 0);
+        }
+        let mut no_carry = 0;
+        let carry = self.carry.get_mut(t).unwrap_or(&mut no_carry);
+        if let Some(s) = self.request_calls.answer(req, plan, carry) {
             // The policy declared this answer its own (ABI 1.5): no call.
             self.counters.plan_answers += 1;
             return self.valid_or(s, SplitPlan::validate, SplitPlan::WHOLE);

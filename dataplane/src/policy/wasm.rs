@@ -869,6 +869,12 @@ impl WasmPolicy {
         }
         let c = abi::decode_control(&block)
             .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("control block: {e:?}")))?;
+        if self.abi_version().1 < abi::CARRY_MINOR && matches!(c.request_calls, RequestCalls::PlanWithCarry { .. }) {
+            // Not a declaration before ABI 1.8, as a 1.7 host read it.
+            let w = c.request_calls.to_word();
+            let e = abi::ControlError::BadRequestCalls(w);
+            return Err(Fault::new(FaultKind::InvalidDecision, format!("control block: {e:?}")));
+        }
         self.control = Some(c);
         Ok(())
     }

@@ -562,32 +562,48 @@ fn every_built_in_policy_decides_as_native_over_resident_tables() {
 /// give: each built-in policy called for every request beside the same
 /// policy hosted (which skips the calls it declared it does not need),
 /// over the same sequence, so that state a call would change (PeRF's
-/// zero-weight carry) is compared too.
+/// zero-weight carry) is compared too; and the same for each built-in
+/// policy's wasm module, hosted.
 #[test]
 fn answers_from_the_plan_are_the_policies_own() {
     for r in PolicyHost::BUILTINS {
-        let mut called = r.native();
-        let mut host = PolicyHost::new(r.native());
-        let mut plans = vec![TenantPlan::PASSTHROUGH; 8];
-        for round in 0..20u64 {
-            let s = stats(8, round);
-            called.on_tick(round * 1_000_000, &s, &mut plans);
-            let mut hp = plans.clone();
-            host.on_tick(round * 1_000_000, &s, &mut hp);
-            assert_eq!(plans, hp, "{}", r.name);
-            for t in 0..8u32 {
-                for len in [16u64, 900, 1024, 1100, 1536, 3000, 16383, 16384, 65536] {
-                    for op in [RequestOp::Write, RequestOp::Send, RequestOp::Read] {
-                        let req = RequestInfo { tenant: t, qp: 0, len, op, depth: 1 };
-                        let p = &plans[t as usize];
-                        assert_eq!(called.on_request(&req, p), host.on_request(&req, p), "{}: {req:?}", r.name);
-                    }
+        let wasm = r.wasm().map(|_| PolicyHost::load(&format!("wasm:{}", r.name)).expect("embedded module loads"));
+        for host in std::iter::once(PolicyHost::new(r.native())).chain(wasm) {
+            answers_match_the_calls(r, host);
+        }
+    }
+}
+
+/// Calls `r` natively for every request and asks `host` for the same,
+/// over 20 ticks of 8 tenants, and compares the answers.
+fn answers_match_the_calls(r: &perf_dataplane::policy::registry::Registered, mut host: PolicyHost) {
+    let mut called = r.native();
+    let mut requests = 0;
+    let mut plans = vec![TenantPlan::PASSTHROUGH; 8];
+    for round in 0..20u64 {
+        let s = stats(8, round);
+        called.on_tick(round * 1_000_000, &s, &mut plans);
+        let mut hp = plans.clone();
+        host.on_tick(round * 1_000_000, &s, &mut hp);
+        assert_eq!(plans, hp, "{}", r.name);
+        for t in 0..8u32 {
+            for len in [16u64, 900, 1024, 1100, 1536, 3000, 16383, 16384, 65536] {
+                for op in [RequestOp::Write, RequestOp::Send, RequestOp::Read] {
+                    let req = RequestInfo { tenant: t, qp: 0, len, op, depth: 1 };
+                    let p = &plans[t as usize];
+                    assert_eq!(called.on_request(&req, p), host.on_request(&req, p), "{}: {req:?}", r.name);
+                    requests += 1;
                 }
             }
         }
-        if host.request_calls() != perf_policy_sdk::RequestCalls::Every {
-            assert!(host.counters.plan_answers > 0, "{}", r.name);
+    }
+    match host.request_calls() {
+        perf_policy_sdk::RequestCalls::Every => {}
+        // ABI 1.8: the host applies the carry too, and calls for nothing.
+        perf_policy_sdk::RequestCalls::PlanWithCarry { .. } => {
+            assert_eq!(host.counters.plan_answers, requests, "{}", r.name)
         }
+        _ => assert!(host.counters.plan_answers > 0, "{}", r.name),
     }
 }
 
@@ -707,6 +723,19 @@ fn the_control_block_is_validated_and_its_declaration_kept() {
         "(i32.store (i32.const 460012) (i32.const 2)) (i32.const 0)",
     );
     dropped_by_its_tick(&nonsense, 2, 1, "BadZeroWeightOp(2)");
+    // ABI 1.8: the host applies PeRF's carry (bit 3, the unit in bits
+    // 8-31); a module before 1.8 with that word is refused, as a 1.7 host
+    // refused it.
+    let carry = 1 | 8 | 1024 << 8;
+    let m = with(V1_5 + 3, control_block(460000, 250_000, carry), "(unreachable)", "(i32.const 0)");
+    let host = PolicyHost::wasm(m.load(WasmLimits::default()).expect("loads"));
+    let declared = perf_policy_sdk::RequestCalls::PlanWithCarry { sends: false, unit_bytes: 1024 };
+    assert_eq!(host.request_calls(), declared);
+    let e = with(V1_5 + 2, control_block(460000, 250_000, carry), "(unreachable)", "(i32.const 0)")
+        .load(WasmLimits::default())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains(&format!("BadRequestCalls({carry})")), "{e}");
     // Refused at load: a zero interval, a block outside memory or misaligned.
     let e = with(V1_5, control_block(460000, 0, 0), "(i64.const 0)", "(i32.const 0)")
         .load(WasmLimits::default())

@@ -645,11 +645,13 @@ impl Policy for Perf {
         self.params.set(key, value)
     }
 
-    /// [`Policy::on_request`] above is the plan rule with SENDs split,
-    /// except for a message shorter than a chunk that earns zero-weight
-    /// WRs (the carry): only those are calls (ABI 1.5).
+    /// [`Policy::on_request`] above is the plan rule with SENDs split and,
+    /// for a message shorter than a chunk that earns zero-weight WRs,
+    /// PeRF's carry per tenant: the host applies both (ABI 1.8), and no
+    /// request is a call. (A unit too large for the declaration leaves
+    /// those messages calls.)
     fn request_calls(&self) -> RequestCalls {
-        RequestCalls::PlanExceptShort { sends: true }
+        RequestCalls::PlanWithCarry { sends: true, unit_bytes: self.params.zero_weight_unit.max(1) }
     }
 }
 
