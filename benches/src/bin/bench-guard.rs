@@ -16,13 +16,20 @@ use anyhow::{bail, Context, Result};
 use perf_benches::guard::{compare, ratios, read_records, rebase, Baseline, Verdict};
 use perf_benches::results::results_dir;
 
+/// The command line, for `--help` and an unknown argument.
+const USAGE: &str = "usage: bench-guard [--update] [--allow-missing] [--report-only]";
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}\n\ncompares the ratios of the last benchmark run (target/perf-bench/*.json) against benches/baseline.json; --update rewrites the baseline from the run, --allow-missing passes ratios the run lacks, --report-only exits 0 whatever moved");
+        return Ok(());
+    }
     let update = args.iter().any(|a| a == "--update");
     let allow_missing = args.iter().any(|a| a == "--allow-missing");
     let report_only = args.iter().any(|a| a == "--report-only");
     if let Some(a) = args.iter().find(|a| !matches!(a.as_str(), "--update" | "--allow-missing" | "--report-only")) {
-        bail!("unknown argument {a:?} (usage: bench-guard [--update] [--allow-missing] [--report-only])");
+        bail!("unknown argument {a:?} ({USAGE})");
     }
     let base_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("baseline.json");
     let dir = results_dir();
