@@ -377,6 +377,24 @@ fn render(
         }
     }
 
+    writeln!(w, "### Larger shapes\n")?;
+    writeln!(w, "The same load under wasm `perf` (each run once), the issue's 3000 tenants and 10,000 QPs; data QPs counts the message-rate tenant's:\n")?;
+    writeln!(w, "| shape | data QPs | ns per WQE | M WQEs/s |\n|---|---:|---:|---:|")?;
+    for (t, q) in [(3000u32, 1u32), (1250, 8)] {
+        let key = format!("scale_large/perf-wasm/{t}x{q}");
+        let (qps, unit) = (t * q + 1, if q == 1 { "QP" } else { "QPs" });
+        match run.notes.get(&format!("{key}/refused")) {
+            Some(why) => writeln!(w, "| {t} tenants x {q} {unit} | {qps} | refused: `{why}` | - |")?,
+            None => writeln!(
+                w,
+                "| {t} tenants x {q} {unit} | {qps} | {} | {} |",
+                run.show(&format!("{key}/ns_per_wqe"), 1),
+                run.show(&format!("{key}/wqes_per_s"), 2)
+            )?,
+        }
+    }
+    writeln!(w)?;
+
     // 4. Simulator speed.
     writeln!(w, "## 4. Simulator speed\n\n`cargo bench --workspace --bench sim_speed`\n")?;
     writeln!(w, "Simulated seconds per wall second. The calibration's case-4 traffic (1 MB WRITE bulk + 16 B ping-pong, no dataplane) runs in-process; the paper's experiments run through `perf-runner run SCENARIO --policy P` (its JSON's `duration_ns` over the process's wall time, so start-up is included); the scale case is `exp6` cut to 3 ms (run once; not in the quick mode). Aim: 10x real time or better for the two-tenant cases (experiments 1 to 3).\n")?;
