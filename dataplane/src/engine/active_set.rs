@@ -70,15 +70,7 @@ impl<R: Rnic> Dataplane<R> {
         waiting.clear();
         // The QPs from the rotation pointer on, then those before it.
         let (earlier, from_start) = qps.split_at(start.checked_rem(n).unwrap_or(0));
-        waiting.extend(
-            from_start
-                .iter()
-                .chain(earlier)
-                .copied()
-                // Only a drained QP can take a slot: a stream still in the NIC
-                // would run beside the slot's owner.
-                .filter(|&qi| !self.qps[qi].active && self.qps[qi].has_work() && self.qps[qi].outstanding == 0),
-        );
+        waiting.extend(from_start.iter().chain(earlier).copied().filter(|&qi| waits_for_slot(&self.qps[qi])));
         let mut waiting = waiting.iter().copied();
         while active < cap {
             let Some(qi) = waiting.next() else { break };
@@ -94,12 +86,16 @@ impl<R: Rnic> Dataplane<R> {
                 continue;
             }
             let Some(next) = waiting.next() else {
-                // Nobody waits: the QP keeps the NIC for another quantum.
+                // Nobody waits: the QP keeps the NIC. The requests or bytes
+                // of its quantum start again (they hold its posts back); its
+                // time runs on, so that a QP that comes to wait later takes
+                // over at once, whenever the loop looks.
                 let q = &mut self.qps[qi];
-                q.active_since_ns = now;
-                q.active_requests = 0;
-                q.active_bytes = 0;
-                self.mark_post(qi);
+                if quantum_hit(q, &plan) {
+                    q.active_requests = 0;
+                    q.active_bytes = 0;
+                    self.mark_post(qi);
+                }
                 continue;
             };
             let wait = match self.tenants[t].pcq.as_mut() {
@@ -129,6 +125,13 @@ impl<R: Rnic> Dataplane<R> {
         q.pending_wait = wait;
         self.mark_post(qi);
     }
+}
+
+/// Whether a QP waits for one of its tenant's active slots: it has work
+/// and is drained (a stream still in the NIC would run beside the slot's
+/// owner).
+pub(super) fn waits_for_slot(q: &DpQp) -> bool {
+    !q.active && q.has_work() && q.outstanding == 0
 }
 
 /// Whether a QP posted its request or byte quantum since it became active.

@@ -116,6 +116,7 @@ impl<R: Rnic> Dataplane<R> {
         if seq_low.wrapping_sub(front) & WR_SEQ_MASK >= q.next_seq - front {
             return;
         }
+        let had_outstanding = q.outstanding > 0;
         let mut out = std::mem::take(&mut self.scratch.out);
         out.clear();
         let mut hidden = 0u64;
@@ -182,6 +183,12 @@ impl<R: Rnic> Dataplane<R> {
         // Room in its send queue and in the shared CQ.
         self.cq_retired(retired);
         self.mark_post(qi);
+        let q = &self.qps[qi];
+        if had_outstanding && q.outstanding == 0 && !q.active {
+            // Drained out of the active set: it may now wait for a slot,
+            // or free the one it held while draining.
+            self.mark_manage(t);
+        }
         if newly_failed {
             self.fail_qp(qi, None);
         } else if failed {

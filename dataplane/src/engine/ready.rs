@@ -240,13 +240,21 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Arms tenant `t`'s quantum timer: when its earliest active QP runs
-    /// out of its time quantum (capped tenants with a time quantum).
+    /// out of its time quantum (capped tenants with a time quantum), while
+    /// one of its QPs waits for a slot. With none waiting an expiry would
+    /// change nothing (`active_set.rs`); the arrival or the completion
+    /// that makes a QP wait brings the tenant back here. At thousands of
+    /// tenants of one QP each, a timer per tenant per quantum was most of
+    /// the loop's work (`benches/scale.rs`, `scale_large`).
     pub(super) fn arm_quantum(&mut self, t: usize) {
         let plan = &self.plans[t];
         if plan.max_active_qps == 0 || plan.quantum_ns == 0 {
             return;
         }
         let qps = &self.qps;
+        if !self.tenants[t].qps.iter().any(|&qi| super::active_set::waits_for_slot(&qps[qi])) {
+            return;
+        }
         let due = self.tenants[t]
             .qps
             .iter()

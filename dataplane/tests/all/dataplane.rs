@@ -80,6 +80,30 @@ fn rotation_through_the_control_qp_keeps_order_and_data() {
     assert_eq!(rig.read_peer(0, 0, mem), rig.read_local(0, 0, mem), "peer region differs from what was written");
 }
 
+/// A QP that comes to wait after the active QP has had its time quantum
+/// alone takes the slot at once: with nobody waiting, an expiry would
+/// rotate nothing, so the quantum's time runs on (and the loop arms no
+/// timer for it) until a QP waits. Here QP 0 streams 64 KiB WRITEs faster
+/// than the link from 0 to 125 us, and QP 1's one message comes at 50 us,
+/// 10 us past the first 40 us quantum. It then waits only for what QP 0
+/// had already posted (the hand-off's release follows it): 38 us. When the
+/// quantum started again at each expiry with nobody waiting, it also
+/// waited for the next expiry: 124 us.
+#[test]
+fn a_qp_that_comes_to_wait_after_the_quantum_ran_out_alone_takes_over_at_once() {
+    let pol = Pol::Named(
+        "perf:max_active_qps=1,quantum_ns=40000,quantum_requests=1000000,quantum_bytes=1000000000000,chunk_bytes=4096",
+    );
+    let stream = |burst| (0..8).map(move |_| GenOp { tenant: 0, qp: 0, read: false, size: 65536, burst });
+    let mut ops: Vec<GenOp> = (0..5).flat_map(stream).collect();
+    ops.push(GenOp { tenant: 0, qp: 1, read: false, size: 64, burst: 2 });
+    let rig = run_case_with(&[2], &ops, 3, pol, DataplaneConfig::default(), 200_000_000, |_| {}).expect("runs");
+    let late = rig.tenants[0].got.iter().find(|c| c.qp == 1).expect("QP 1's message completed");
+    let wait = late.completed_ns - late.posted_ns;
+    assert!(wait < 60_000, "QP 1 waited {wait} ns for the slot (posted at {} ns)", late.posted_ns);
+    assert!(rig.dp.counters().handoffs >= 1, "{:?}", rig.dp.counters());
+}
+
 // ---------------------------------------------------------------------------
 // 2. Data integrity through splitting.
 // ---------------------------------------------------------------------------
