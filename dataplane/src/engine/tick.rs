@@ -50,12 +50,15 @@ impl<R: Rnic> Dataplane<R> {
         self.next_tick_ns = now + self.policy.tick_interval_ns();
         let mut stats = std::mem::take(&mut self.scratch.stats);
         stats.clear();
-        stats.extend(self.tenants.iter().enumerate().map(|(i, ts)| {
+        // One walk of the tenants before the policy and one after: at
+        // thousands of tenants each walk brings every tenant's state in.
+        for i in 0..self.tenants.len() {
+            let ts = &self.tenants[i];
             let (backlogged, depth_now) = ts.qps.iter().fold((0u32, 0u32), |(n, most), &qi| {
                 let d = self.qps[qi].depth();
                 (n + (d > 0) as u32, most.max(d))
             });
-            TenantStats {
+            stats.push(TenantStats {
                 tenant: i as u32,
                 qps: ts.qps.len() as u32,
                 backlogged_qps: backlogged,
@@ -67,10 +70,10 @@ impl<R: Rnic> Dataplane<R> {
                 mean_latency_ns: ts.tick.lat_sum_ns.checked_div(ts.tick.completed).unwrap_or(0),
                 weight: ts.weight,
                 p99_latency_ns: ts.tick.tail.p99_ns(),
-            }
-        }));
-        // Rotation pointers advance under the plans they ran under.
-        self.settle_all_rr();
+            });
+            // Rotation pointers advance under the plans they ran under.
+            self.settle_rr(i);
+        }
         let (mut old_plans, mut old_pacing) = std::mem::take(&mut self.before);
         old_plans.clone_from(&self.plans);
         old_pacing.clone_from(&self.pacing);
@@ -87,25 +90,21 @@ impl<R: Rnic> Dataplane<R> {
         if let Some(t0) = timer {
             self.counters.policy_ns += t0.elapsed().as_nanos() as u64;
         }
-        for (ts, p) in self.tenants.iter_mut().zip(&pacing) {
-            ts.bucket.set(*p, now);
-        }
-        for (t, p) in pacing.iter().enumerate() {
-            if p.rate_bytes_per_s > 0 {
-                self.rated.insert(t);
-            } else {
-                self.rated.remove(t);
-            }
-        }
         self.pacing = pacing;
         for t in 0..self.tenants.len() {
+            if let Some(&p) = self.pacing.get(t) {
+                self.tenants[t].bucket.set(p, now);
+                if p.rate_bytes_per_s > 0 {
+                    self.rated.insert(t);
+                } else {
+                    self.rated.remove(t);
+                }
+            }
             if old_plans.get(t) != self.plans.get(t) || old_pacing.get(t) != self.pacing.get(t) {
                 self.mark_tenant(t);
             }
+            self.tenants[t].tick.restart();
         }
         self.before = (old_plans, old_pacing);
-        for ts in &mut self.tenants {
-            ts.tick.restart();
-        }
     }
 }
