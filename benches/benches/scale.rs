@@ -2,10 +2,11 @@
 //! QPs grow (10, 100, 1000 bandwidth tenants x 1, 2, 4, 8 QPs, each QP
 //! keeping 2 WRITEs of 1 MB outstanding, beside one message-rate tenant so
 //! that `perf` splits with zero-weight WRs), over the null RNIC (the loop
-//! alone, wall time inside `round()`), under `passthrough`, native `perf`
-//! and the wasm `perf` module. Every data QP has a 1024-slot send queue
-//! (beyond 1024 QPs they oversubscribe the shared CQs, which they then
-//! share under a budget).
+//! alone, wall time inside `round()`), under `passthrough`, native `perf`,
+//! the wasm `perf` module and `fairshare` (native: its fair admission is
+//! the dataplane's, the policy only sizes windows and chunks). Every data
+//! QP has a 1024-slot send queue (beyond 1024 QPs they oversubscribe the
+//! shared CQs, which they then share under a budget).
 //!
 //! Then the paper's scale case, 1000 `B_App` tenants x 8 QPs beside one
 //! `M_App`: set up as the runner would (default configuration); if the
@@ -27,8 +28,8 @@ use perf_benches::results::Recorder;
 use perf_dataplane::policy::PolicyHost;
 
 /// The policies of the curve: label, how to make it.
-const POLICIES: [(&str, &str); 3] =
-    [("passthrough", "passthrough"), ("perf-native", "perf"), ("perf-wasm", "wasm:perf")];
+const POLICIES: [(&str, &str); 4] =
+    [("passthrough", "passthrough"), ("perf-native", "perf"), ("perf-wasm", "wasm:perf"), ("fairshare", "fairshare")];
 /// Bandwidth tenants of the curve.
 pub const TENANTS: [u32; 3] = [10, 100, 1000];
 /// QPs per bandwidth tenant of the curve.

@@ -16,7 +16,10 @@ use perf_benches::guard::{compare, ratios, read_records, Baseline, Verdict};
 use perf_benches::plot::{by_case, loglog, Series};
 use perf_benches::results::{results_dir, BenchRecord, Figure};
 
+/// The memory bench's policies.
 const SCALE_POLICIES: [&str; 3] = ["passthrough", "perf-native", "perf-wasm"];
+/// The scale curve's policies: those of the memory bench, and `fairshare`.
+const CURVE_POLICIES: [&str; 4] = ["passthrough", "perf-native", "perf-wasm", "fairshare"];
 const TENANTS: [u32; 3] = [10, 100, 1000];
 const QPS: [u32; 4] = [1, 2, 4, 8];
 const SIM_CASES: [&str; 8] = ["exp1", "exp2", "exp3-q1", "exp3-q2", "exp3-q5", "exp3-q10", "exp3-q20", "exp6-3ms"];
@@ -296,7 +299,7 @@ fn render(
     // 3. Scale.
     writeln!(w, "## 3. Scale\n\n`cargo bench --workspace --bench scale`\n")?;
     writeln!(w, "Cost of one dataplane round and per WQE over the null RNIC (wall time inside `round()`), as bandwidth tenants (each QP keeping 2 x 1 MB WRITEs outstanding) and their QPs grow, beside one message-rate tenant (16 B WRITEs, 128 outstanding) so that `perf` splits with zero-weight WRs. Aim: flat or slowly growing.\n")?;
-    for p in SCALE_POLICIES {
+    for p in CURVE_POLICIES {
         writeln!(w, "**{p}**: ns per round / ns per WQE\n\n| tenants | 1 QP | 2 QPs | 4 QPs | 8 QPs |\n|---:|---:|---:|---:|---:|")?;
         for t in TENANTS {
             let cells: Vec<String> = QPS
@@ -343,6 +346,11 @@ fn render(
         &wqe_series,
     )?;
     writeln!(w, "![cost per round]({rel}/scale-round.svg)\n\n![cost per WQE]({rel}/scale-wqe.svg)\n")?;
+    if let Some(g) = run.get("scale/fairshare/wqe_cost_1000x1_over_10x1") {
+        if g > 2.0 {
+            gaps.push(Gap { what: format!("scale: `fairshare`'s cost per WQE grows {g:.2}x from 10 to 1000 tenants"), why: "Fair admission walks every tenant with data held back, and each one's QPs, in every round: it sums the weights of the tenants with data, sorts those behind the lead (`admit_behind`), and runs its deficit round robin over all of them until a pass admits nothing, while the budget, full, admits a few WQEs a round. Closing it: walk only the tenants that can admit (the budget has room, or the tenant is sparse or within its reservation), keep the tenants with data and their weights as counts updated when a tenant's data comes and goes, and keep those behind the lead in a heap.".to_string() });
+        }
+    }
     if let Some(g) = run.get("scale/perf-wasm/wqe_cost_1000x1_over_10x1") {
         if g > 2.0 {
             gaps.push(Gap { what: format!("scale: wasm perf's cost per WQE grows {g:.2}x from 10 to 1000 tenants"), why: "Every round visits every tenant (draining its request channel, flushing completions) and the policy tick marshals every tenant's stats, whether or not the tenant has work. Closing it: a ready list of tenants with pending requests or completions, so a round costs in proportion to the active tenants, and the resident stats table of section 2.".to_string() });
@@ -545,7 +553,7 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 /// One series per policy and QP count: (tenants, figure).
 fn scale_series(run: &Run, figure: &str) -> Vec<Series> {
     let mut out = Vec::new();
-    for p in SCALE_POLICIES {
+    for p in CURVE_POLICIES {
         for q in QPS {
             let pts: Vec<(f64, f64)> = TENANTS
                 .iter()
