@@ -648,10 +648,13 @@ impl Policy for Perf {
     /// [`Policy::on_request`] above is the plan rule with SENDs split and,
     /// for a message shorter than a chunk that earns zero-weight WRs,
     /// PeRF's carry per tenant: the host applies both (ABI 1.8), and no
-    /// request is a call. (A unit too large for the declaration leaves
-    /// those messages calls.)
+    /// request is a call. A unit too large for the declaration's wire
+    /// value leaves those messages calls, natively as in wasm.
     fn request_calls(&self) -> RequestCalls {
-        RequestCalls::PlanWithCarry { sends: true, unit_bytes: self.params.zero_weight_unit.max(1) }
+        match self.params.zero_weight_unit.max(1) {
+            unit if unit > RequestCalls::MAX_UNIT_BYTES => RequestCalls::PlanExceptShort { sends: true },
+            unit => RequestCalls::PlanWithCarry { sends: true, unit_bytes: unit },
+        }
     }
 }
 
