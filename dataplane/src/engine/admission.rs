@@ -50,13 +50,22 @@
 //! the round the extra stayed queued in the NIC was what a ping-pong beside
 //! a busy loop waited behind (x1.5 to x1.8 of its p99 alone).
 //!
-//! A round visits only the windowed tenants in the `admit` ready set
-//! (`ready.rs`), in the same rotated order as a walk over all tenants: a
-//! tenant leaves the set once it has no data QP to admit from and no
-//! deficit left, which is when a visit would change nothing. The budget
-//! and the bytes in flight under it are kept up to date as plans change
-//! and WQEs post and retire, not summed over the tenants each round.
+//! A round's work follows what it admits, not the tenants waiting for
+//! room: the tenants with data, their weights, who is behind and who may
+//! post without room are kept in an index (`fair_index.rs`) that the
+//! events of the `admit` ready set (`ready.rs`: arrivals, activations,
+//! completions, posts, plan changes) bring up to date. The tenants behind
+//! are served least first from it, the round robin walks its members from
+//! where the last round stopped until the budget is full, and then only
+//! those the index says may post without room are visited. A tenant that
+//! finds no room keeps its deficit and its QP pointer for its turn. At a
+//! thousand backlogged tenants each round used to visit all of them
+//! (`benches/scale.rs`, `fairshare`: 27.9x the cost per WQE of ten). The
+//! budget and the bytes in flight under it are kept up to date as plans
+//! change and WQEs post and retire, not summed over the tenants each
+//! round.
 
+use super::fair_index::DirFacts;
 use super::*;
 
 /// Bytes a tenant of weight 1 may admit per visit.
@@ -102,11 +111,18 @@ struct Walk {
     did: bool,
 }
 
+impl Walk {
+    /// Whether the direction's budget has room.
+    fn room(&self) -> bool {
+        let budget = self.budgets[self.dir];
+        budget == 0 || self.total < budget
+    }
+}
+
 impl<R: Rnic> Dataplane<R> {
     /// Admits the windowed tenants' data (see the module comment). Returns
     /// whether anything was posted.
     pub(super) fn admit(&mut self, now: u64) -> Result<bool, RnicError> {
-        let n = self.tenants.len();
         // The budget covers the NIC's pipeline with the loop answering at
         // once. A loop that takes a while per round (its charged cost) sees
         // a completion at its next round, which polls before it posts and
@@ -124,33 +140,59 @@ impl<R: Rnic> Dataplane<R> {
             }
         }
         (self.signal_bytes, self.uncovered_cap) = self.signal_bounds(budget);
+        self.refresh_fair_index();
         let mut did = false;
         for dir in 0..2 {
             did |= self.admit_direction(dir, budget, now)?;
         }
-        // A tenant a visit would leave unchanged leaves the set; arrivals,
-        // activations, completions and plan changes put it back.
-        let mut cands = std::mem::take(&mut self.scratch.admit);
-        cands.clear();
-        let mut i = 0;
-        while let Some(t) = self.ready.admit.next_below(i, n) {
-            cands.push(t);
-            i = t + 1;
-        }
-        for &t in &cands {
-            let idle = self.tenants[t].deficit == [0; 2] && !self.has_data_qp(t, None);
-            if idle || !self.plans[t].windowed() || self.tenants[t].paused {
-                self.ready.admit.remove(t);
-            }
-        }
-        self.scratch.admit = cands;
         Ok(did)
     }
 
-    /// One direction's deficit round robin (`dir` 0: WRITE / SEND on the
+    /// Brings the index (`fair_index.rs`) up to date for the tenants in
+    /// the `admit` ready set (those with an event since the last round),
+    /// and empties the set.
+    fn refresh_fair_index(&mut self) {
+        let n = self.tenants.len();
+        let mut i = 0;
+        while let Some(t) = self.ready.admit.next_below(i, n) {
+            i = t + 1;
+            self.ready.admit.remove(t);
+            self.index_tenant(t);
+        }
+    }
+
+    /// Sets tenant `t`'s entry in the index from its QPs. A direction it
+    /// has no data to admit in loses its deficit (deficit round robin).
+    fn index_tenant(&mut self, t: usize) {
+        let ts = &self.tenants[t];
+        let windowed = self.plans[t].windowed() && !ts.paused && !ts.removed;
+        let w = ts.weight.max(1) as u64;
+        let sparse = windowed && self.sparse(t);
+        let facts = [0, 1].map(|dir| {
+            let (qi, _) = self.peek_data_qp(t, dir).filter(|_| windowed)?;
+            let ts = &self.tenants[t];
+            let held = ts.inflight[dir];
+            let next = self.qps[qi].next_bytes(self.plans[t].split.chunk_bytes);
+            Some(DirFacts {
+                admitted: ts.admitted_per_weight[dir],
+                need: (held + next <= RESERVED_BYTES * w).then(|| (held + next) as f64 / w as f64),
+                sparse: held == 0 && sparse,
+            })
+        });
+        for (dir, f) in facts.iter().enumerate() {
+            if f.is_none() {
+                self.tenants[t].deficit[dir] = 0;
+            }
+        }
+        self.fair.set(t, w, facts);
+    }
+
+    /// One direction's admission (`dir` 0: WRITE / SEND on the
     /// requester's wire, 1: READ responses on the responder's) under its
-    /// `budget`. The directions are separate resources, each with its own
-    /// rotation and deficits: with one shared rotation, a tenant that
+    /// budget: the tenants behind the others first, then the deficit
+    /// round robin while the budget has room, then those that may post
+    /// without room. The directions are separate resources, each with its
+    /// own rotation and deficits: with one shared rotation, a tenant that
     /// always found its READ budget full set every round's start, and the
     /// tenant after it came before the one after that in the other
     /// direction every round, taking the room each round freed there.
@@ -160,95 +202,32 @@ impl<R: Rnic> Dataplane<R> {
     /// a READ is admitted only while the WRITE direction also has room for
     /// it, or within the tenant's reservation there: READs cannot fill the
     /// requester's send scheduler behind the WRITE budget's back.
+    ///
+    /// A tenant that finds no room is not visited again in the round: it
+    /// keeps its deficit and its QP pointer for its turn. So the round's
+    /// work follows what it admits, not the tenants waiting for room.
     fn admit_direction(&mut self, dir: usize, budgets: [u64; 2], now: u64) -> Result<bool, RnicError> {
-        let n = self.tenants.len();
-        // The candidates in the walk's order: from `admit_next` round.
-        let mut cands = std::mem::take(&mut self.scratch.admit);
-        cands.clear();
-        let start = self.admit_next[dir].min(n);
-        let mut i = start;
-        while let Some(t) = self.ready.admit.next_below(i, n) {
-            cands.push(t);
-            i = t + 1;
-        }
-        let mut i = 0;
-        while let Some(t) = self.ready.admit.next_below(i, start) {
-            cands.push(t);
-            i = t + 1;
-        }
-        if self.step_only.is_some() {
-            cands.retain(|&t| self.in_step(t));
-        }
+        let start = self.admit_next[dir].min(self.tenants.len());
         // The reservations are shares among the tenants with data to
-        // admit in this direction (all of them candidates), so together
-        // they stay within the budget; a READ request's reservation on the
-        // requester's side is a share among every tenant with data to
-        // admit there or here. The tenants with data to admit in this
-        // direction are also those `admit_behind` may serve first.
-        let (mut weights, mut request_weights) = (0u64, 0u64);
-        let mut with_data = std::mem::take(&mut self.scratch.behind);
-        with_data.clear();
-        for &t in &cands {
-            if !self.plans[t].windowed() || self.tenants[t].paused {
-                continue;
-            }
-            let w = self.tenants[t].weight.max(1) as u64;
-            if self.has_data_qp(t, Some(dir)) {
-                weights += w;
-                with_data.push((self.tenants[t].admitted_per_weight[dir], t));
-            }
-            if dir == 1 && self.has_data_qp(t, None) {
-                request_weights += w;
-            }
-        }
-        let (weights, request_weights) = (weights.max(1), request_weights.max(1));
+        // admit in this direction, so together they stay within the
+        // budget; a READ request's reservation on the requester's side is
+        // a share among every tenant with data to admit there or here.
         let mut walk = Walk {
             dir,
             budgets,
             total: self.windowed_inflight[dir],
-            weights,
-            request_weights,
+            weights: self.fair.dirs[dir].weights.max(1),
+            request_weights: self.fair.any_weights.max(1),
             stopped_at: None,
             did: false,
         };
-        self.admit_behind(with_data, &mut walk, now)?;
-        loop {
-            let mut progress = false;
-            for &t in &cands {
-                if !self.plans[t].windowed() || self.tenants[t].paused {
-                    continue;
-                }
-                let Some(mut qi) = self.next_data_qp(t, dir) else {
-                    self.tenants[t].deficit[dir] = 0;
-                    continue;
-                };
-                self.tenants[t].visit_round = self.counters.rounds;
-                let quantum = QUANTUM_BYTES * self.tenants[t].weight.max(1) as i64;
-                if self.tenants[t].deficit[dir] <= 0 {
-                    self.tenants[t].deficit[dir] += quantum;
-                }
-                while self.tenants[t].deficit[dir] > 0 {
-                    let Some(charged) = self.admit_one(t, qi, &mut walk, now)? else { break };
-                    self.tenants[t].deficit[dir] -= charged as i64;
-                    progress = true;
-                    match self.next_data_qp(t, dir) {
-                        Some(q) => qi = q,
-                        None => {
-                            self.tenants[t].deficit[dir] = 0;
-                            break;
-                        }
-                    }
-                }
-            }
-            if !progress {
-                break;
-            }
-        }
+        self.admit_behind(&mut walk, now)?;
+        self.admit_round_robin(&mut walk, start, now)?;
+        self.admit_unbudgeted(&mut walk, start, now)?;
         // The next round starts with the first tenant that found no room.
         if let Some(t) = walk.stopped_at {
             self.admit_next[dir] = t;
         }
-        self.scratch.admit = cands;
         Ok(walk.did)
     }
 
@@ -267,43 +246,210 @@ impl<R: Rnic> Dataplane<R> {
     /// admitted per unit of weight, and a tenant with data to admit that
     /// is behind the lead (the most any such tenant got per unit of
     /// weight) is served ahead of the round robin until it has caught up.
-    /// `behind`: the tenants with data to admit in the walk's direction,
-    /// with what they were admitted per unit of weight.
     /// The lag is bounded: a tenant is counted at most one budget (of its
     /// weight) behind the lead, so one that was idle long, or that had no
     /// data when the others started, takes at most a budget ahead of them.
     /// Tenants with data all along stay level with the lead and are left
-    /// to the round robin.
-    fn admit_behind(&mut self, mut behind: Vec<(f64, usize)>, walk: &mut Walk, now: u64) -> Result<(), RnicError> {
+    /// to the round robin. A direction without a budget admits all it can
+    /// in the round robin: no one waits there.
+    fn admit_behind(&mut self, walk: &mut Walk, now: u64) -> Result<(), RnicError> {
         let dir = walk.dir;
         let most_behind = walk.budgets[dir] as f64;
-        let lead = behind.iter().map(|&(a, _)| a).fold(f64::MIN, f64::max);
-        behind.retain_mut(|(at, t)| {
-            let w = self.tenants[*t].weight.max(1) as f64;
-            let admitted = &mut self.tenants[*t].admitted_per_weight[dir];
-            *admitted = admitted.max(lead - most_behind / w);
-            *at = *admitted;
-            *admitted < lead
-        });
-        behind.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for &(_, t) in &behind {
-            while self.tenants[t].admitted_per_weight[dir] < lead {
-                let Some(qi) = self.next_data_qp(t, dir) else { break };
-                // What fits the tenant's reservation (or goes as a sparse
-                // tenant's message) never waits for room: it needs no
-                // precedence, and posted ahead it would take the shared
-                // room that keeps the pipeline full from the others.
-                if self.needs_no_room(t, qi, walk) {
+        let Some(lead) = self.fair.lead(dir).filter(|_| most_behind > 0.0) else { return Ok(()) };
+        let mut behind = std::mem::take(&mut self.scratch.behind);
+        behind.clear();
+        if let Some(only) = &self.step_only {
+            // An arrival step: its tenants only.
+            for &t in only {
+                let t = t as usize;
+                let at = self.tenants[t].admitted_per_weight[dir];
+                if self.fair.member(t, dir) && at < lead {
+                    behind.push((at, t));
+                }
+            }
+            behind.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for &(_, t) in &behind {
+                if !self.has_room(walk) {
                     break;
                 }
-                self.tenants[t].visit_round = self.counters.rounds;
-                if self.admit_one(t, qi, walk, now)?.is_none() {
+                self.serve_behind(t, lead, walk, now)?;
+            }
+        } else {
+            // Least first, from the index. A tenant served that stays
+            // behind comes again later in the order: it is not served
+            // twice in a walk.
+            self.admit_walks += 1;
+            let mut at = None;
+            while self.has_room(walk) {
+                let Some((admitted, t, pos)) = self.fair.next_behind(dir, at) else { break };
+                at = Some(pos);
+                if admitted >= lead {
                     break;
                 }
+                if self.tenants[t].behind_walk == self.admit_walks {
+                    continue;
+                }
+                self.tenants[t].behind_walk = self.admit_walks;
+                self.serve_behind(t, lead, walk, now)?;
             }
         }
         self.scratch.behind = behind;
         Ok(())
+    }
+
+    /// Admits tenant `t`'s data until it has caught up with `lead` or
+    /// finds no room (see [`Dataplane::admit_behind`]). It is first
+    /// brought to at most one budget behind the lead.
+    fn serve_behind(&mut self, t: usize, lead: f64, walk: &mut Walk, now: u64) -> Result<(), RnicError> {
+        let dir = walk.dir;
+        let floor = lead - walk.budgets[dir] as f64 / self.tenants[t].weight.max(1) as f64;
+        let admitted = &mut self.tenants[t].admitted_per_weight[dir];
+        *admitted = admitted.max(floor);
+        while self.tenants[t].admitted_per_weight[dir] < lead {
+            let Some((qi, j)) = self.peek_data_qp(t, dir) else { break };
+            // What fits the tenant's reservation (or goes as a sparse
+            // tenant's message) never waits for room: it needs no
+            // precedence, and posted ahead it would take the shared
+            // room that keeps the pipeline full from the others.
+            if self.needs_no_room(t, qi, walk) {
+                break;
+            }
+            self.tenants[t].next_qp[dir] = j;
+            self.tenants[t].visit_round = self.counters.rounds;
+            if self.admit_one(t, qi, walk, now)?.is_none() {
+                break;
+            }
+        }
+        self.fair.retag(t, dir, self.tenants[t].admitted_per_weight[dir]);
+        Ok(())
+    }
+
+    /// Whether the walk's direction has room, and the shared send CQ room
+    /// for a data WQE (without it no QP can post data).
+    fn has_room(&self, walk: &Walk) -> bool {
+        walk.room() && self.send_cq_budget() > 0
+    }
+
+    /// The deficit round robin over the tenants with data, from `start`,
+    /// pass after pass while the budget has room and a pass admits
+    /// something: each visit tops the tenant's deficit up by a quantum in
+    /// proportion to its weight, and it posts while its deficit lasts.
+    fn admit_round_robin(&mut self, walk: &mut Walk, start: usize, now: u64) -> Result<(), RnicError> {
+        let dir = walk.dir;
+        while self.has_room(walk) {
+            let mut progress = false;
+            let mut pos = (start, false);
+            while let Some(t) = self.next_in_rotation(dir, start, &mut pos) {
+                if !self.fair.member(t, dir) {
+                    continue;
+                }
+                let Some(mut qi) = self.next_data_qp(t, dir) else {
+                    self.tenants[t].deficit[dir] = 0;
+                    self.ready.admit.insert(t);
+                    continue;
+                };
+                self.tenants[t].visit_round = self.counters.rounds;
+                let quantum = QUANTUM_BYTES * self.tenants[t].weight.max(1) as i64;
+                if self.tenants[t].deficit[dir] <= 0 {
+                    self.tenants[t].deficit[dir] += quantum;
+                }
+                let mut posted = false;
+                while self.tenants[t].deficit[dir] > 0 {
+                    let Some(charged) = self.admit_one(t, qi, walk, now)? else { break };
+                    self.tenants[t].deficit[dir] -= charged as i64;
+                    posted = true;
+                    match self.next_data_qp(t, dir) {
+                        Some(q) => qi = q,
+                        None => {
+                            self.tenants[t].deficit[dir] = 0;
+                            break;
+                        }
+                    }
+                }
+                if posted {
+                    progress = true;
+                    self.fair.retag(t, dir, self.tenants[t].admitted_per_weight[dir]);
+                }
+                if !self.has_room(walk) {
+                    return Ok(());
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// With the budget full: the tenants that may post without room, as
+    /// sparse tenants or within their reservations (from the index), in
+    /// the round robin's order, each while it may.
+    fn admit_unbudgeted(&mut self, walk: &mut Walk, start: usize, now: u64) -> Result<(), RnicError> {
+        let dir = walk.dir;
+        if walk.budgets[dir] == 0 || self.send_cq_budget() == 0 {
+            return Ok(());
+        }
+        let reserved = (walk.budgets[dir] as f64 / walk.weights as f64).min(RESERVED_BYTES as f64);
+        let mut cands = std::mem::take(&mut self.scratch.admit);
+        cands.clear();
+        self.fair.may_post_unbudgeted(dir, reserved, &mut cands);
+        if self.step_only.is_some() {
+            cands.retain(|&t| self.in_step(t));
+        }
+        cands.sort_unstable_by_key(|&t| (t < start, t));
+        cands.dedup();
+        for &t in &cands {
+            let quantum = QUANTUM_BYTES * self.tenants[t].weight.max(1) as i64;
+            let mut posted = false;
+            while let Some((qi, j)) = self.peek_data_qp(t, dir) {
+                if !self.needs_no_room(t, qi, walk) {
+                    break;
+                }
+                self.tenants[t].next_qp[dir] = j;
+                self.tenants[t].visit_round = self.counters.rounds;
+                if self.tenants[t].deficit[dir] <= 0 {
+                    self.tenants[t].deficit[dir] += quantum;
+                }
+                let Some(charged) = self.admit_one(t, qi, walk, now)? else { break };
+                self.tenants[t].deficit[dir] -= charged as i64;
+                posted = true;
+            }
+            if posted {
+                if self.peek_data_qp(t, dir).is_none() {
+                    self.tenants[t].deficit[dir] = 0;
+                }
+                self.fair.retag(t, dir, self.tenants[t].admitted_per_weight[dir]);
+            }
+        }
+        self.scratch.admit = cands;
+        Ok(())
+    }
+
+    /// The next tenant of `dir`'s round robin after `pos` (where to look
+    /// next, and whether the walk wrapped), in the rotated order from
+    /// `start`: the members of the index, or in an arrival step the
+    /// step's tenants.
+    fn next_in_rotation(&self, dir: usize, start: usize, pos: &mut (usize, bool)) -> Option<usize> {
+        let n = self.tenants.len();
+        loop {
+            let (i, wrapped) = *pos;
+            let limit = if wrapped { start } else { n };
+            let found = match &self.step_only {
+                None => self.fair.dirs[dir].with_data.next_below(i, limit),
+                Some(only) => {
+                    let k = only.partition_point(|&x| (x as usize) < i);
+                    only.get(k).map(|&x| x as usize).filter(|&x| x < limit)
+                }
+            };
+            match found {
+                Some(t) => {
+                    pos.0 = t + 1;
+                    return Some(t);
+                }
+                None if !wrapped => *pos = (0, true),
+                None => return None,
+            }
+        }
     }
 
     /// Whether tenant `t`'s next data WQE from QP `qi` may go in the
@@ -343,12 +489,14 @@ impl<R: Rnic> Dataplane<R> {
             self.pipeline.held(dir == 1 && !open);
             walk.stopped_at.get_or_insert(t);
             if self.uncovered_bytes > 0 && walk.total <= self.uncovered_bytes {
-                walk.did |= self.cover_unsignaled(t)?;
+                walk.did |= self.cover_unsignaled_from(t, dir)?;
             }
             return Ok(None);
         }
         let before = self.tenants[t].inflight[dir];
         walk.did |= self.post_qp(qi, true, now, 1)?;
+        // What it has to admit changed: the index takes it again.
+        self.ready.admit.insert(t);
         let charged = self.tenants[t].inflight[dir].saturating_sub(before);
         if charged == 0 {
             // The QP could not post (send queue full, bucket in debt).
@@ -423,10 +571,29 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// The backstop of [`Dataplane::signal_bounds`]: when a windowed
-    /// tenant finds no room and every byte in flight in that direction is
-    /// uncovered (no CQE on its way would give any back), each of its QPs
-    /// with uncovered bytes gets a signaled zero-weight WR, whose CQE
-    /// covers them.
+    /// tenant `t` finds no room in direction `dir` and every byte in
+    /// flight there is uncovered (no CQE on its way would give any back),
+    /// its QPs, then those of the other tenants with data, are covered
+    /// while that lasts.
+    fn cover_unsignaled_from(&mut self, t: usize, dir: usize) -> Result<bool, RnicError> {
+        let mut did = self.cover_unsignaled(t)?;
+        let total = self.windowed_inflight[dir];
+        let mut i = 0;
+        for d in 0..2 {
+            while self.uncovered_bytes > 0 && total <= self.uncovered_bytes {
+                let Some(u) = self.fair.dirs[d].with_data.next_from(i) else { break };
+                i = u + 1;
+                if u != t {
+                    did |= self.cover_unsignaled(u)?;
+                }
+            }
+            i = 0;
+        }
+        Ok(did)
+    }
+
+    /// Each QP of tenant `t` with uncovered bytes gets a signaled
+    /// zero-weight WR, whose CQE covers them.
     fn cover_unsignaled(&mut self, t: usize) -> Result<bool, RnicError> {
         let mut did = false;
         for k in 0..self.tenants[t].qps.len() {
@@ -461,14 +628,6 @@ impl<R: Rnic> Dataplane<R> {
         waiting <= 1
     }
 
-    /// Whether tenant `t` has a QP [`Dataplane::next_data_qp`] would admit
-    /// from (in direction `dir`, or in either), without moving its
-    /// round-robin pointer.
-    fn has_data_qp(&self, t: usize, dir: Option<usize>) -> bool {
-        let capped = self.plans[t].max_active_qps > 0;
-        self.tenants[t].qps.iter().map(|&qi| &self.qps[qi]).any(|q| data_ready(q, capped, dir))
-    }
-
     /// Tenant `t`'s QP to admit data from in direction `dir`: the one it
     /// admitted from last there if that QP is in the middle of a message
     /// (messages complete one after the other), else the next of its QPs
@@ -486,13 +645,22 @@ impl<R: Rnic> Dataplane<R> {
     ///
     /// [`NIC_QPS_CAPA`]: super::qp::NIC_QPS_CAPA
     fn next_data_qp(&mut self, t: usize, dir: usize) -> Option<usize> {
+        let (qi, j) = self.peek_data_qp(t, dir)?;
+        self.tenants[t].next_qp[dir] = j;
+        Some(qi)
+    }
+
+    /// The QP [`Dataplane::next_data_qp`] would take, and its place among
+    /// the tenant's QPs, without moving the tenant's pointer.
+    fn peek_data_qp(&self, t: usize, dir: usize) -> Option<(usize, usize)> {
         let ts = &self.tenants[t];
         let m = ts.qps.len();
         let capped = self.plans[t].max_active_qps > 0;
         let ready = |q: &DpQp| data_ready(q, capped, Some(dir));
-        let cur = *ts.qps.get(ts.next_qp[dir] % m.max(1))?;
+        let at = ts.next_qp[dir] % m.max(1);
+        let cur = *ts.qps.get(at)?;
         if self.qps[cur].cursor.is_some() && ready(&self.qps[cur]) {
-            return Some(cur);
+            return Some((cur, at));
         }
         let in_nic = ts.qps_in_nic >= super::qp::NIC_QPS_CAPA;
         let mut outside = None;
@@ -503,16 +671,14 @@ impl<R: Rnic> Dataplane<R> {
                 continue;
             }
             if !in_nic || !self.qps[qi].posted.is_empty() {
-                self.tenants[t].next_qp[dir] = j;
-                return Some(qi);
+                return Some((qi, j));
             }
             outside.get_or_insert(j);
         }
         // None of the QPs in the NIC has anything left to admit (their
         // messages are all posted): the cap would waste the tenant's turn.
         let j = outside?;
-        self.tenants[t].next_qp[dir] = j;
-        Some(self.tenants[t].qps[j])
+        Some((ts.qps[j], j))
     }
 }
 

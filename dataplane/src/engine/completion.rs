@@ -14,6 +14,7 @@ impl<R: Rnic> Dataplane<R> {
         let now = self.nic.clock_ns();
         let q = &mut self.qps[qi];
         q.failed = true;
+        self.ready.admit.insert(q.tenant as usize);
         // The NIC flushes what it holds, signaled or not.
         self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
         // Releases still queued (or never posted) may never run: their

@@ -23,6 +23,7 @@ mod chan;
 mod completion;
 pub mod control_qp;
 mod error;
+mod fair_index;
 mod handoff;
 mod intake;
 pub mod loop_cost;
@@ -243,6 +244,8 @@ struct TenantState {
     /// Fair admission, per direction: the bytes admitted per unit of
     /// weight (`admission.rs`), at most one budget behind the lead.
     admitted_per_weight: [f64; 2],
+    /// The last of fair admission's walks that served it behind the lead.
+    behind_walk: u64,
     /// How many of its QPs hold WQEs posted to the NIC (a non-empty
     /// [`DpQp::posted`]): kept where a QP's first WQE is posted and where
     /// its last one retires, so admission's QP cap needs no walk.
@@ -355,6 +358,12 @@ pub struct Dataplane<R: Rnic> {
     /// The tenant fair admission serves first in the next round, per
     /// direction (WRITE / SEND, READ).
     admit_next: [usize; 2],
+    /// Fair admission's index of the tenants with data to admit
+    /// ([`fair_index`]).
+    fair: fair_index::FairIndex,
+    /// Fair admission's walks that served tenants behind the lead so far
+    /// (`TenantState::behind_walk`).
+    admit_walks: u64,
     /// Fair admission's budget per direction: the largest window among
     /// the windowed plans (kept by [`Dataplane::plans_changed`]).
     window_budget: [u64; 2],
@@ -437,10 +446,11 @@ struct Scratch {
     wrs: Vec<SendWr<'static>>,
     /// Application completions found while retiring WQEs.
     out: Vec<Completion>,
-    /// The tenants fair admission visits in a round.
+    /// The tenants fair admission may let post with its budget full.
     admit: Vec<usize>,
-    /// The tenants fair admission serves ahead of its round robin, with
-    /// their bytes admitted per unit of weight (`admission.rs`).
+    /// The tenants of an arrival step fair admission serves ahead of its
+    /// round robin, with their bytes admitted per unit of weight
+    /// (`admission.rs`).
     behind: Vec<(f64, usize)>,
     /// Tenant ids announced by their request channels.
     arrived: Vec<u32>,
@@ -489,6 +499,8 @@ impl<R: Rnic> Dataplane<R> {
             plans: Vec::new(),
             windowed: false,
             admit_next: [0; 2],
+            fair: fair_index::FairIndex::default(),
+            admit_walks: 0,
             window_budget: [0; 2],
             windowed_inflight: [0; 2],
             pipeline: pipeline::Pipeline::default(),
@@ -604,6 +616,7 @@ impl<R: Rnic> Dataplane<R> {
             inflight: [0; 2],
             deficit: [0; 2],
             admitted_per_weight: [0.0; 2],
+            behind_walk: 0,
             next_qp: [0; 2],
             qps_in_nic: 0,
             loop_credit: 0,

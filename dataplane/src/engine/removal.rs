@@ -126,6 +126,7 @@ impl<R: Rnic> Dataplane<R> {
                 first_error.get_or_insert(e);
             }
         }
+        self.ready.admit.insert(t as usize);
         self.plans[t as usize] = TenantPlan::PASSTHROUGH;
         self.pacing[t as usize] = Pacing::UNLIMITED;
         self.plans_changed();
