@@ -280,14 +280,22 @@ impl<R: Rnic> Dataplane<R> {
             // twice in a walk.
             self.admit_walks += 1;
             let mut at = None;
-            while self.has_room(walk) {
-                let Some((admitted, t, pos)) = self.fair.next_behind(dir, at) else { break };
+            while let Some((admitted, t, pos)) = self.fair.next_behind(dir, at) {
                 at = Some(pos);
                 if admitted >= lead {
                     break;
                 }
                 if self.tenants[t].behind_walk == self.admit_walks {
                     continue;
+                }
+                if !walk.room() {
+                    // The budget is full: the tenant furthest behind of
+                    // those left is the first held.
+                    self.hold(t, walk, dir == 1)?;
+                    break;
+                }
+                if self.send_cq_budget() == 0 {
+                    break;
                 }
                 self.tenants[t].behind_walk = self.admit_walks;
                 self.serve_behind(t, lead, walk, now)?;
@@ -305,6 +313,7 @@ impl<R: Rnic> Dataplane<R> {
         let floor = lead - walk.budgets[dir] as f64 / self.tenants[t].weight.max(1) as f64;
         let admitted = &mut self.tenants[t].admitted_per_weight[dir];
         *admitted = admitted.max(floor);
+        let before = *admitted;
         while self.tenants[t].admitted_per_weight[dir] < lead {
             let Some((qi, j)) = self.peek_data_qp(t, dir) else { break };
             // What fits the tenant's reservation (or goes as a sparse
@@ -320,7 +329,9 @@ impl<R: Rnic> Dataplane<R> {
                 break;
             }
         }
-        self.fair.retag(t, dir, self.tenants[t].admitted_per_weight[dir]);
+        let after = self.tenants[t].admitted_per_weight[dir];
+        self.counters.admit_idle_visits += u64::from(after == before);
+        self.fair.retag(t, dir, after);
         Ok(())
     }
 
@@ -336,16 +347,25 @@ impl<R: Rnic> Dataplane<R> {
     /// proportion to its weight, and it posts while its deficit lasts.
     fn admit_round_robin(&mut self, walk: &mut Walk, start: usize, now: u64) -> Result<(), RnicError> {
         let dir = walk.dir;
-        while self.has_room(walk) {
+        loop {
             let mut progress = false;
             let mut pos = (start, false);
             while let Some(t) = self.next_in_rotation(dir, start, &mut pos) {
                 if !self.fair.member(t, dir) {
                     continue;
                 }
+                if !self.has_room(walk) {
+                    // The first tenant the full budget holds (the first
+                    // of the rotation if the tenants behind took it all).
+                    if !walk.room() && walk.stopped_at.is_none() {
+                        self.hold(t, walk, dir == 1)?;
+                    }
+                    return Ok(());
+                }
                 let Some(mut qi) = self.next_data_qp(t, dir) else {
                     self.tenants[t].deficit[dir] = 0;
                     self.ready.admit.insert(t);
+                    self.counters.admit_idle_visits += 1;
                     continue;
                 };
                 self.tenants[t].visit_round = self.counters.rounds;
@@ -369,9 +389,8 @@ impl<R: Rnic> Dataplane<R> {
                 if posted {
                     progress = true;
                     self.fair.retag(t, dir, self.tenants[t].admitted_per_weight[dir]);
-                }
-                if !self.has_room(walk) {
-                    return Ok(());
+                } else {
+                    self.counters.admit_idle_visits += 1;
                 }
             }
             if !progress {
@@ -419,6 +438,8 @@ impl<R: Rnic> Dataplane<R> {
                     self.tenants[t].deficit[dir] = 0;
                 }
                 self.fair.retag(t, dir, self.tenants[t].admitted_per_weight[dir]);
+            } else {
+                self.counters.admit_idle_visits += 1;
             }
         }
         self.scratch.admit = cands;
@@ -485,12 +506,7 @@ impl<R: Rnic> Dataplane<R> {
                 || (held == 0 && sparse())
         };
         if !open || !request_open {
-            self.counters.window_holds += 1;
-            self.pipeline.held(dir == 1 && !open);
-            walk.stopped_at.get_or_insert(t);
-            if self.uncovered_bytes > 0 && walk.total <= self.uncovered_bytes {
-                walk.did |= self.cover_unsignaled_from(t, dir)?;
-            }
+            self.hold(t, walk, dir == 1 && !open)?;
             return Ok(None);
         }
         let before = self.tenants[t].inflight[dir];
@@ -505,6 +521,21 @@ impl<R: Rnic> Dataplane<R> {
         walk.total += charged;
         self.tenants[t].admitted_per_weight[dir] += charged as f64 / w as f64;
         Ok(Some(charged))
+    }
+
+    /// Tenant `t` found no room (in the READ responder's budget if
+    /// `read`, else on the requester's wire): the hold is counted and
+    /// tells the pipeline's floor that the budget held data back, the
+    /// next round starts with the first tenant held, and the backstop of
+    /// [`Dataplane::signal_bounds`] runs.
+    fn hold(&mut self, t: usize, walk: &mut Walk, read: bool) -> Result<(), RnicError> {
+        self.counters.window_holds += 1;
+        self.pipeline.held(read);
+        walk.stopped_at.get_or_insert(t);
+        if self.uncovered_bytes > 0 && walk.total <= self.uncovered_bytes {
+            walk.did |= self.cover_unsignaled_from(t, walk.dir)?;
+        }
+        Ok(())
     }
 
     /// How many window-charged bytes a QP may post before one of its WQEs

@@ -146,9 +146,15 @@ pub struct DataplaneCounters {
     pub wqes_posted: u64,
     /// Data WQEs posted (chunks and whole messages).
     pub data_wqes: u64,
-    /// Times fair admission stopped a tenant because the shared in-flight
-    /// budget was full (the plans' `window_kib` / `read_window_kib`).
+    /// Times fair admission held data back: once per direction and round
+    /// in which the shared in-flight budget (the plans' `window_kib` /
+    /// `read_window_kib`) was full with a tenant waiting, and each time the
+    /// requester's side refused a READ room.
     pub window_holds: u64,
+    /// Times fair admission visited a tenant and admitted nothing (it
+    /// found no room, its QP could not post, its deficit was spent, or its
+    /// data had gone): the visits a round makes beside those that admit.
+    pub admit_idle_visits: u64,
     /// The NIC pipeline's delay fair admission measured, ns, for WRITE /
     /// SEND data and for READs (0: not measured): its budget never falls
     /// below the link's rate times it (`engine/pipeline.rs`).
@@ -182,6 +188,10 @@ pub struct DataplaneCounters {
     pub rescued_handoffs: u64,
     /// Policy ticks.
     pub ticks: u64,
+    /// Ticks put off past the policy's interval because the last one
+    /// took more than 5% of the loop's time at that interval
+    /// (`engine/tick.rs`).
+    pub ticks_put_off: u64,
     /// Times a QP with work to post waited for the next round because its
     /// tenant had spent its share of the loop's time in this one
     /// ([`loop_share`]; only when the loop is charged).

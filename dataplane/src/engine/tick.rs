@@ -106,5 +106,41 @@ impl<R: Rnic> Dataplane<R> {
             self.tenants[t].tick.restart();
         }
         self.before = (old_plans, old_pacing);
+        self.space_ticks(now);
+    }
+
+    /// Puts the next tick off while the tick just run would take more
+    /// than [`TICK_LOOP_SHARE`] of the loop's time at the policy's
+    /// interval. A tick walks every tenant (its statistics in, its plan
+    /// and pacing out): at a thousand tenants `fairshare`'s tick, every
+    /// 50 us, took some 40 us of the loop's time on the reference machine
+    /// (`benches/scale.rs`), which every tenant's traffic then waited
+    /// for. The tick's cost is what the cost model charges for it when
+    /// the loop is charged (so virtual time stays deterministic), and
+    /// otherwise the NIC's clock across it: wall time on a NIC that runs
+    /// in real time, none in free virtual time, where ticks keep the
+    /// policy's interval.
+    fn space_ticks(&mut self, now: u64) {
+        let took_ns = if self.clock.charged {
+            let tick = RoundWork {
+                policy_calls: 1,
+                ticks: 1,
+                tick_tenants: self.tenants.len() as u64,
+                wasm: self.policy.is_wasm(),
+                ..RoundWork::default()
+            };
+            self.cfg.loop_cost.work_ps(&tick) / 1000
+        } else {
+            self.nic.clock_ns().saturating_sub(now)
+        };
+        let spaced = now.saturating_add(took_ns.saturating_mul(TICK_LOOP_SHARE));
+        if spaced > self.next_tick_ns {
+            self.next_tick_ns = spaced;
+            self.counters.ticks_put_off += 1;
+        }
     }
 }
+
+/// A tick may take at most one part in this many of the loop's time
+/// ([`Dataplane::space_ticks`]): 5%.
+const TICK_LOOP_SHARE: u64 = 20;

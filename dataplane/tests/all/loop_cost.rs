@@ -271,3 +271,36 @@ fn many_windowed_streams_with_coalesced_signals_all_progress() {
     assert!(c.cqes_polled < c.data_wqes, "some coalesced: {} chunks, {} CQEs", c.data_wqes, c.cqes_polled);
     assert_eq!(c.completions, done.iter().sum::<u64>(), "every completion delivered once");
 }
+
+/// Ticks of `fairshare` (native, every 50 us) over `tenants` idle tenants
+/// in `span_ns` of virtual time, with the loop charged at the reference
+/// machine's figures: (ticks, ticks put off).
+fn ticks_over(tenants: usize, span_ns: u64) -> (u64, u64) {
+    let cfg = DataplaneConfig { loop_cost: LoopCost::MEASURED, ..DataplaneConfig::default() };
+    let mut rig = Rig::new(5, Pol::Named("fairshare"), cfg);
+    for t in 0..tenants {
+        rig.tenant(&format!("t{t}"), 0, 64);
+    }
+    let before = rig.dp.counters();
+    rig.idle_for(span_ns);
+    let c = rig.dp.counters();
+    (c.ticks - before.ticks, c.ticks_put_off - before.ticks_put_off)
+}
+
+/// A tick walks every tenant: the loop gives ticks at most 5% of its time
+/// (`engine/tick.rs`). At 4 tenants a charged tick costs well under that
+/// at `fairshare`'s 50 us interval, which it keeps; at 2000 the model
+/// charges 12.8 us a tick, so ticks come every 256 us instead.
+#[test]
+fn ticks_take_at_most_a_twentieth_of_a_charged_loop() {
+    let span = 10_000_000;
+    let (few, put_off) = ticks_over(4, span);
+    assert_eq!(put_off, 0);
+    assert!((195..=202).contains(&few), "{few} ticks in 10 ms at 50 us");
+    let tick_ps = LoopCost::MEASURED.native.tick_ps + 2000 * LoopCost::MEASURED.native.tick_tenant_ps;
+    let spacing_ns = tick_ps / 1000 * 20;
+    let (many, put_off) = ticks_over(2000, span);
+    assert!(put_off > 0);
+    let expected = span / spacing_ns;
+    assert!(many.abs_diff(expected) <= 2, "{many} ticks in 10 ms, {expected} expected every {spacing_ns} ns");
+}

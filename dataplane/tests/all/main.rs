@@ -6,6 +6,7 @@ mod common;
 
 mod calibration;
 mod dataplane;
+mod fair_admission;
 mod faults;
 mod host_handoff;
 mod hostile_policies;

@@ -153,7 +153,7 @@ pub(super) fn encode(snap: &DataplaneSnapshot, hub: &HubMetrics, uptime: Duratio
     let mut reg = Registry::default();
     let c = &snap.counters;
     let none = Labels::new;
-    let loop_counters: [(&str, &str, u64); 14] = [
+    let loop_counters: [(&str, &str, u64); 16] = [
         ("perf_loop_rounds", "Rounds of the dataplane loop", c.rounds),
         ("perf_loop_busy_rounds", "Rounds that did something", c.busy_rounds),
         ("perf_loop_requests", "Application requests accepted by the loop", c.requests),
@@ -164,8 +164,14 @@ pub(super) fn encode(snap: &DataplaneSnapshot, hub: &HubMetrics, uptime: Duratio
         ("perf_loop_doorbells", "Post lists (doorbells)", c.doorbells),
         ("perf_loop_zero_weight_wrs", "Zero-weight WRs posted", c.zero_weight_wrs),
         ("perf_loop_window_holds", "Times fair admission held a tenant (in-flight budget full)", c.window_holds),
+        (
+            "perf_loop_admit_idle_visits",
+            "Times fair admission visited a tenant and admitted nothing",
+            c.admit_idle_visits,
+        ),
         ("perf_loop_paced_holds", "Times a QP with work was held by its tenant's pacing", c.paced_holds),
         ("perf_loop_policy_ticks", "Policy ticks", c.ticks),
+        ("perf_loop_ticks_put_off", "Policy ticks put off because the last took over 5% of the loop", c.ticks_put_off),
         ("perf_loop_handoffs", "In-NIC hand-offs planned through control QPs", c.handoffs),
         ("perf_loop_cq_overruns", "Overruns of a shared completion queue", c.cq_overruns),
     ];
