@@ -348,7 +348,7 @@ fn render(
     writeln!(w, "![cost per round]({rel}/scale-round.svg)\n\n![cost per WQE]({rel}/scale-wqe.svg)\n")?;
     if let Some(g) = run.get("scale/fairshare/wqe_cost_1000x1_over_10x1") {
         if g > 2.0 {
-            gaps.push(Gap { what: format!("scale: `fairshare`'s cost per WQE grows {g:.2}x from 10 to 1000 tenants"), why: "Fair admission walks every tenant with data held back, and each one's QPs, in every round: it sums the weights of the tenants with data, sorts those behind the lead (`admit_behind`), and runs its deficit round robin over all of them until a pass admits nothing, while the budget, full, admits a few WQEs a round. Closing it: walk only the tenants that can admit (the budget has room, or the tenant is sparse or within its reservation), keep the tenants with data and their weights as counts updated when a tenant's data comes and goes, and keep those behind the lead in a heap.".to_string() });
+            gaps.push(Gap { what: format!("scale: `fairshare`'s cost per WQE grows {g:.2}x from 10 to 1000 tenants"), why: "Fair admission's round follows what it admits (`engine/fair_index.rs`); what still grows with the tenants is the policy tick, which walks every tenant at `fairshare`'s 50 us interval (the loop gives ticks at most 5% of its time, `engine/tick.rs`). Closing it: a tick whose work follows the tenants whose figures changed.".to_string() });
         }
     }
     if let Some(g) = run.get("scale/perf-wasm/wqe_cost_1000x1_over_10x1") {

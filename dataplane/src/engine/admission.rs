@@ -141,6 +141,9 @@ impl<R: Rnic> Dataplane<R> {
         }
         (self.signal_bytes, self.uncovered_cap) = self.signal_bounds(budget);
         self.refresh_fair_index();
+        if self.step_only.is_none() {
+            self.admit_round = self.counters.rounds;
+        }
         let mut did = false;
         for dir in 0..2 {
             did |= self.admit_direction(dir, budget, now)?;

@@ -371,6 +371,8 @@ pub struct Dataplane<R: Rnic> {
     /// Fair admission's index of the tenants with data to admit
     /// ([`fair_index`]).
     fair: fair_index::FairIndex,
+    /// The last round whose fair admission ran (not an arrival step's).
+    admit_round: u64,
     /// Fair admission's walks that served tenants behind the lead so far
     /// (`TenantState::behind_walk`).
     admit_walks: u64,
@@ -511,6 +513,7 @@ impl<R: Rnic> Dataplane<R> {
             admit_next: [0; 2],
             fair: fair_index::FairIndex::default(),
             admit_walks: 0,
+            admit_round: 0,
             window_budget: [0; 2],
             windowed_inflight: [0; 2],
             pipeline: pipeline::Pipeline::default(),
@@ -849,8 +852,13 @@ impl<R: Rnic> Dataplane<R> {
     /// Whether the round in progress has not visited tenant `t` yet
     /// (neither posted for it nor admitted its data): its turn is still to
     /// come.
+    /// A tenant with data that fair admission held back counts as
+    /// visited once the round's admission has run: its turn came and
+    /// found no room (the index, not a visit, says so).
     pub(super) fn unvisited(&self, t: usize) -> bool {
-        self.tenants.get(t).is_some_and(|ts| ts.visit_round != self.counters.rounds)
+        let rounds = self.counters.rounds;
+        self.tenants.get(t).is_some_and(|ts| ts.visit_round != rounds)
+            && !(self.admit_round == rounds && (self.fair.member(t, 0) || self.fair.member(t, 1)))
     }
 
     /// Whether tenant `t` may post in this round or step (an arrival step
