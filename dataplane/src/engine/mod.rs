@@ -38,6 +38,7 @@ mod ready;
 mod recovery;
 mod removal;
 mod rendezvous;
+mod signaling;
 mod split;
 mod supervise;
 mod tail;
@@ -432,7 +433,7 @@ pub struct Dataplane<R: Rnic> {
     wqe_turn_bytes: u32,
     /// Window-charged bytes a QP may post before a chunk of its is
     /// signaled, and the most all QPs together may hold uncovered by a
-    /// signal (`admission.rs`).
+    /// signal (`signaling.rs`).
     signal_bytes: u64,
     uncovered_cap: u64,
     /// Window-charged bytes posted after their QP's last signaled WQE, all

@@ -8,8 +8,8 @@
 //! or bucket timer, room in the shared CQ) marks it again.
 
 use super::active_set::quantum_hit;
-use super::admission::WindowedStep;
 use super::pipeline::PostedWqe;
+use super::signaling::WindowedStep;
 use super::*;
 
 impl<R: Rnic> Dataplane<R> {
