@@ -241,10 +241,10 @@ impl<R: Rnic> Dataplane<R> {
         let dir = walk.dir;
         let most_behind = walk.budgets[dir] as f64;
         let Some(lead) = self.fair.lead(dir).filter(|_| most_behind > 0.0) else { return Ok(()) };
-        let mut behind = std::mem::take(&mut self.scratch.behind);
-        behind.clear();
         if let Some(only) = &self.step_only {
             // An arrival step: its tenants only.
+            let mut behind = std::mem::take(&mut self.scratch.behind);
+            behind.clear();
             for &t in only {
                 let t = t as usize;
                 let at = self.tenants[t].admitted_per_weight[dir];
@@ -259,6 +259,7 @@ impl<R: Rnic> Dataplane<R> {
                 }
                 self.serve_behind(t, lead, walk, now)?;
             }
+            self.scratch.behind = behind;
         } else {
             // Least first, from the index. A tenant served that stays
             // behind comes again later in the order: it is not served
@@ -286,7 +287,6 @@ impl<R: Rnic> Dataplane<R> {
                 self.serve_behind(t, lead, walk, now)?;
             }
         }
-        self.scratch.behind = behind;
         Ok(())
     }
 
