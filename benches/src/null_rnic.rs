@@ -5,10 +5,13 @@
 //!
 //! What it keeps of verbs semantics is what the loop relies on: handles,
 //! CQs that return one CQE per signaled (or `sq_sig_all`) send WQE, in
-//! posting order, and per-QP state. It reports no cross-channel support,
-//! so the dataplane takes its software path for QP hand-offs (no control
-//! QP); WAITs posted anyway are executed at once. Its clock is a monotonic
-//! wall clock, so policy ticks come at their real rate.
+//! posting order, and per-QP state. It reports cross-channel and managed
+//! send queues, as the simulated ConnectX-6 and a ConnectX under MLNX_OFED
+//! do, so the loop posts what it posts for PeRF's hardware: zero-weight
+//! WRs and hand-offs through the preemption control QPs. It executes a
+//! WAIT and a SEND_ENABLE at once like any other WQE (every WQE completes
+//! when posted, so every condition a WAIT names already holds). Its clock
+//! is a monotonic wall clock, so policy ticks come at their real rate.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -62,8 +65,8 @@ impl Rnic for NullRnic {
         DeviceInfo {
             name: "null".into(),
             caps: DeviceCaps {
-                cross_channel: false,
-                managed_send: false,
+                cross_channel: true,
+                managed_send: true,
                 max_qp_wr: 1 << 15,
                 max_cqe: 1 << 22,
                 max_inline_data: 256,

@@ -65,6 +65,13 @@ impl<R: Rnic> Dataplane<R> {
                 active -= 1;
             }
         }
+        // A paused tenant posts nothing, so its active set stands still: a
+        // rotation would post a hand-off (a WAIT and a SEND_ENABLE in the
+        // NIC) that moves no data, for every paused tenant every quantum.
+        // Its QPs' quanta restart when it resumes (`restart_quanta`).
+        if self.tenant_paused(t) {
+            return Ok(());
+        }
         let n = qps.len();
         let start = self.tenants[t].rr;
         waiting.clear();
@@ -110,6 +117,23 @@ impl<R: Rnic> Dataplane<R> {
         }
         self.tenants[t].rr = (start + 1) % n.max(1);
         Ok(())
+    }
+
+    /// Whether tenant `t` may post nothing now: paused by its policy's
+    /// pacing or by the operator.
+    pub(super) fn tenant_paused(&self, t: usize) -> bool {
+        let ts = &self.tenants[t];
+        ts.paused || ts.bucket.paused()
+    }
+
+    /// Tenant `t` resumed: its active QPs' quanta start again, since the
+    /// time it was paused they held no NIC turn.
+    pub(super) fn restart_quanta(&mut self, t: usize, now: u64) {
+        for &qi in &self.tenants[t].qps {
+            if self.qps[qi].active {
+                self.qps[qi].active_since_ns = now;
+            }
+        }
     }
 
     pub(super) fn quantum_spent(&self, q: &DpQp, plan: &TenantPlan, now: u64) -> bool {

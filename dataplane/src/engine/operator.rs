@@ -156,6 +156,7 @@ impl<R: Rnic> Dataplane<R> {
             for &qi in &self.tenants[t].qps {
                 self.qps[qi].progress_ns = now;
             }
+            self.restart_quanta(t, now);
         }
         Ok(changed)
     }

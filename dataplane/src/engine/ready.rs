@@ -248,7 +248,7 @@ impl<R: Rnic> Dataplane<R> {
     /// the loop's work (`benches/scale.rs`, `scale_large`).
     pub(super) fn arm_quantum(&mut self, t: usize) {
         let plan = &self.plans[t];
-        if plan.max_active_qps == 0 || plan.quantum_ns == 0 {
+        if plan.max_active_qps == 0 || plan.quantum_ns == 0 || self.tenant_paused(t) {
             return;
         }
         let qps = &self.qps;

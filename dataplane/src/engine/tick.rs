@@ -93,7 +93,11 @@ impl<R: Rnic> Dataplane<R> {
         self.pacing = pacing;
         for t in 0..self.tenants.len() {
             if let Some(&p) = self.pacing.get(t) {
+                let resumed = self.tenants[t].bucket.paused() && p.paused == 0;
                 self.tenants[t].bucket.set(p, now);
+                if resumed {
+                    self.restart_quanta(t, now);
+                }
                 if p.rate_bytes_per_s > 0 {
                     self.rated.insert(t);
                 } else {

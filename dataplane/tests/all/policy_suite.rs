@@ -277,3 +277,74 @@ fn slo_converges() {
     let worst = tail.iter().map(|r| r.d_p99_ns).fold(0.0, f64::max);
     assert!(worst <= target * (1.0 + 1.0 / 16.0), "D p99 {worst:.0} ns in one of the last 10 ms, target {target} ns");
 }
+
+/// Caps every tenant to one active QP rotated after 2 requests or 20 us (4 KiB chunks,
+/// two zero-weight WRs each), and pauses them all while `paused` is set.
+struct RotateOrPause {
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Policy for RotateOrPause {
+    fn name(&self) -> &str {
+        "rotate-or-pause"
+    }
+    fn on_tick(&mut self, _now: u64, _stats: &[TenantStats], plans: &mut [TenantPlan]) {
+        plans.fill(TenantPlan {
+            max_active_qps: 1,
+            quantum_requests: 2,
+            quantum_ns: 20_000,
+            split: perf_policy_sdk::SplitPlan { chunk_bytes: 4096, zero_weight_per_chunk: 2 },
+            split_threshold: 1,
+            ..TenantPlan::PASSTHROUGH
+        });
+    }
+    fn on_pacing(&mut self, _now: u64, pacing: &mut [Pacing]) {
+        let paused = self.paused.load(std::sync::atomic::Ordering::Relaxed) as u32;
+        pacing.fill(Pacing { paused, ..Pacing::UNLIMITED });
+    }
+    fn tick_interval_ns(&self) -> u64 {
+        50_000
+    }
+}
+
+/// A tenant its policy pauses posts nothing, not even hand-offs: its active
+/// QP set stands still while paused (a rotation would post a WAIT and a
+/// SEND_ENABLE that move no data, for every paused tenant every quantum:
+/// most of the loop's work in the paper's scale case, where PeRF pauses
+/// all but one of 1000 bulk tenants). Resumed, it rotates again, and every
+/// request completes once, with its bytes, in per-QP order.
+#[test]
+fn a_paused_tenant_posts_no_handoffs_and_resumes_rotating() {
+    use crate::common::{post, Ledger, Rig};
+    let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let policy = RotateOrPause { paused: paused.clone() };
+    let mut rig = Rig::new(5, crate::common::Pol::Passthrough, DataplaneConfig::default());
+    rig.dp.swap_policy(PolicyHost::new(Box::new(policy)));
+    let t = rig.tenant("multi", 4, 1 << 16);
+    let mut ledger = Ledger::default();
+    let mut id = 0;
+    for _ in 0..48 {
+        for qp in 0..4 {
+            let wr = rig.wr(t, id, qp, false, 0, 1 << 16);
+            ledger.record(&wr);
+            post(&rig.tenants[t].h, wr);
+            id += 1;
+        }
+    }
+    rig.idle_for(300_000);
+    let running = rig.dp.counters();
+    assert!(running.handoffs > 5, "the capped tenant rotates: {} hand-offs", running.handoffs);
+    paused.store(true, std::sync::atomic::Ordering::Relaxed);
+    // The next tick pauses it; what it posted before drains.
+    rig.idle_for(200_000);
+    let before = rig.dp.counters();
+    rig.idle_for(1_000_000);
+    let during = rig.dp.counters();
+    assert_eq!(during.handoffs, before.handoffs, "hand-offs while paused");
+    assert_eq!(during.wqes_posted, before.wqes_posted, "WQEs posted while paused");
+    assert!(rig.tenants[t].got.len() < ledger.len(), "the test pauses the tenant before it is done");
+    paused.store(false, std::sync::atomic::Ordering::Relaxed);
+    rig.drive(100_000_000, |r| (r.tenants[t].got.len() < ledger.len()).then(|| r.now_ns() + 100_000));
+    assert!(rig.dp.counters().handoffs > during.handoffs, "resumed, it rotates again");
+    ledger.check(&rig.tenants[t].got, true).unwrap_or_else(|e| panic!("{e}"));
+}
