@@ -144,7 +144,8 @@ impl Subject {
             _ => {}
         }
         match (&mut self.raw, h) {
-            (Raw::Native(p), 0) => p.on_tick(i as u64, s, plans),
+            // The statistics as at the last tick: nothing changed (ABI 1.9).
+            (Raw::Native(p), 0) => p.on_tick_changed(i as u64, s, &[], plans),
             (Raw::Native(p), 3) => {
                 std::hint::black_box(p.on_request(&x.big, &plans[0]));
             }

@@ -109,6 +109,19 @@ pub const LOOP_EXPORT: &str = "perf_loop_ptr";
 pub const LOOP_SIZE: usize = 16;
 /// The ABI minor version that introduced [`LOOP_EXPORT`].
 pub const LOOP_MINOR: u16 = 7;
+/// The optional export (ABI 1.9) `perf_changed_ptr() -> i32`: the address
+/// of the changed list, which the host writes before each `perf_on_tick`:
+/// a `u32` count, then that many `u32` tenant indices in increasing order
+/// (the tenants `Policy::on_tick_changed` is told changed); a count of
+/// [`CHANGED_ALL`] (or above `n`) means every tenant. A module without it
+/// gets `Policy::on_tick`.
+pub const CHANGED_EXPORT: &str = "perf_changed_ptr";
+/// Size in bytes of the changed list: the count and an index per tenant.
+pub const CHANGED_SIZE: usize = 4 * (1 + MAX_TENANTS);
+/// The changed list's count that means every tenant.
+pub const CHANGED_ALL: u32 = u32::MAX;
+/// The ABI minor version that introduced [`CHANGED_EXPORT`].
+pub const CHANGED_MINOR: u16 = 9;
 /// Size in bytes of one [`RequestInfo`] record.
 pub const REQUEST_SIZE: usize = 24;
 /// Offset of the tenant plan inside the request slot.

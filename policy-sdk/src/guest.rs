@@ -6,7 +6,7 @@
 //! and the host never re-enters a module, so the cells below are only ever
 //! touched by one call at a time.
 
-use crate::abi::{self, Control, RequestSlot, MAX_TENANTS, PARAMS_SIZE};
+use crate::abi::{self, Control, RequestSlot, CHANGED_ALL, MAX_TENANTS, PARAMS_SIZE};
 use crate::{LoopInfo, Pacing, Policy, TenantPlan, TenantStats, ABI_VERSION};
 use core::cell::UnsafeCell;
 
@@ -51,6 +51,8 @@ struct Buffers {
     params: [u8; PARAMS_SIZE],
     control: Control,
     loop_info: LoopInfo,
+    /// The changed list (ABI 1.9): the count, then the indices.
+    changed: [u32; 1 + MAX_TENANTS],
 }
 
 struct BufferCell(UnsafeCell<Buffers>);
@@ -65,6 +67,7 @@ static BUFFERS: BufferCell = BufferCell(UnsafeCell::new(Buffers {
     params: [0; PARAMS_SIZE],
     control: Control::EMPTY,
     loop_info: LoopInfo::UNKNOWN,
+    changed: [CHANGED_ALL; 1 + MAX_TENANTS],
 }));
 
 fn buffers() -> &'static mut Buffers {
@@ -96,6 +99,11 @@ pub fn control_ptr() -> i32 {
 /// `perf_loop_ptr` (ABI 1.7).
 pub fn loop_ptr() -> i32 {
     &buffers().loop_info as *const LoopInfo as i32
+}
+
+/// `perf_changed_ptr` (ABI 1.9).
+pub fn changed_ptr() -> i32 {
+    buffers().changed.as_ptr() as i32
 }
 
 /// `perf_abi_version`.
@@ -179,9 +187,9 @@ pub fn on_request<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T) -> i64 {
     abi::pack_split(cell.with(init, |p| p.on_request(&slot.req, &slot.plan)))
 }
 
-/// `perf_on_tick`: `Policy::on_loop`, `Policy::on_tick` then
-/// `Policy::on_pacing`; 0, or -1 if
-/// `n` is out of range.
+/// `perf_on_tick`: `Policy::on_loop`, `Policy::on_tick_changed` (with the
+/// changed list, ABI 1.9; `Policy::on_tick` when the list says every
+/// tenant) then `Policy::on_pacing`; 0, or -1 if `n` is out of range.
 pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n: i32) -> i32 {
     if n < 0 || n as usize > MAX_TENANTS {
         return -1;
@@ -190,7 +198,13 @@ pub fn on_tick<T: Policy>(cell: &PolicyCell<T>, init: fn() -> T, now_ns: i64, n:
     let n = n as usize;
     cell.with(init, |p| {
         p.on_loop(&b.loop_info);
-        p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]);
+        let (count, list) = b.changed.split_at(1);
+        match list.get(..count[0] as usize) {
+            Some(changed) if count[0] as usize <= n => {
+                p.on_tick_changed(now_ns as u64, &b.stats[..n], changed, &mut b.plans[..n])
+            }
+            _ => p.on_tick(now_ns as u64, &b.stats[..n], &mut b.plans[..n]),
+        }
         p.on_pacing(now_ns as u64, &mut b.pacing[..n]);
         refresh_control(p, &mut b.control);
     });

@@ -59,7 +59,7 @@ pub mod host;
 /// Version of this interface, `(major, minor)`: a major bump breaks
 /// compatibility (layout, signature or meaning changes), a minor bump only
 /// adds (new optional exports or imports). See `docs/policy-abi.md`.
-pub const ABI_VERSION: (u16, u16) = (1, 8);
+pub const ABI_VERSION: (u16, u16) = (1, 9);
 
 /// How a tenant is classified (PeRF's classes).
 #[repr(u32)]
@@ -643,6 +643,22 @@ pub trait Policy {
     /// plan into `plans[i]`. Default: leave the plans as they are.
     fn on_tick(&mut self, _now_ns: u64, _stats: &[TenantStats], _plans: &mut [TenantPlan]) {}
 
+    /// [`Policy::on_tick`], told what changed since the last tick (ABI
+    /// 1.9): `changed` lists, in increasing order, every tenant `i` whose
+    /// `stats[i]` differs from the record the last tick passed, whose
+    /// `plans[i]` differs from what the policy left there (the host
+    /// replaced it: a new or removed tenant, an invalid plan), or that the
+    /// last tick did not have; at the first tick, every tenant. A list
+    /// that names more tenants than changed is always correct. A policy
+    /// whose decisions follow from its own state and these inputs may
+    /// then work only on the tenants listed, leaving `plans` exactly as
+    /// [`Policy::on_tick`] would have: the host's work per tick follows
+    /// what changed, and so can the policy's. Default: `on_tick`.
+    fn on_tick_changed(&mut self, now_ns: u64, stats: &[TenantStats], changed: &[u32], plans: &mut [TenantPlan]) {
+        let _ = changed;
+        self.on_tick(now_ns, stats, plans)
+    }
+
     /// Right before each [`Policy::on_tick`]: the loop's load over the
     /// last tick interval and its costs (ABI 1.7; a module before it is
     /// never called). Default: ignore it.
@@ -774,6 +790,10 @@ macro_rules! export_policy {
             #[no_mangle]
             extern "C" fn perf_loop_ptr() -> i32 {
                 g::loop_ptr()
+            }
+            #[no_mangle]
+            extern "C" fn perf_changed_ptr() -> i32 {
+                g::changed_ptr()
             }
             #[no_mangle]
             extern "C" fn perf_max_tenants() -> i32 {

@@ -18,6 +18,7 @@
 //! ([`PolicyHost::on_pacing`], ABI 1.1).
 
 pub mod cache;
+mod delta;
 pub mod loader;
 pub mod passthrough;
 pub mod perf_policy;
@@ -84,6 +85,24 @@ fn first_invalid<T>(what: &str, records: &[T], validate: impl Fn(&T) -> Result<(
     }
 }
 
+/// [`first_invalid`] among the records at `new` (`None`: every record), the
+/// others being ones the host validated before.
+fn first_invalid_of<T>(
+    what: &str,
+    records: &[T],
+    new: Option<&[u32]>,
+    validate: impl Fn(&T) -> Result<(), Rejection>,
+) -> Result<(), Fault> {
+    let Some(new) = new else { return first_invalid(what, records, validate) };
+    let found = new.iter().find_map(|&i| records.get(i as usize).and_then(|r| validate(r).err().map(|e| (i, e))));
+    match found {
+        None => Ok(()),
+        Some((i, e)) => {
+            Err(Fault { kind: FaultKind::InvalidDecision, message: format!("{what} of tenant {i}: {e:?}") })
+        }
+    }
+}
+
 /// A run-time parameter of a policy: key and value, as text.
 pub type Param<'a> = (&'a str, &'a str);
 
@@ -135,6 +154,8 @@ pub struct PolicyHost {
     /// Each tenant's zero-weight carry, for a policy that declares
     /// [`RequestCalls::PlanWithCarry`] (ABI 1.8), by tenant index.
     carry: Vec<u64>,
+    /// A native policy's last tick, for its changed list (ABI 1.9).
+    delta: delta::TickDelta,
 }
 
 impl PolicyHost {
@@ -156,6 +177,7 @@ impl PolicyHost {
             request_calls: RequestCalls::Every,
             zero_weight_op: ZeroWeightOp::Wait,
             carry: Vec::new(),
+            delta: delta::TickDelta::default(),
         };
         h.refresh_tick();
         h
@@ -350,6 +372,7 @@ impl PolicyHost {
         self.zero_weight_op = passthrough::Passthrough.zero_weight_op();
         self.reset_plans = true;
         self.reset_pacing = true;
+        self.delta.forget();
     }
 
     /// `record` if `validate` accepts it, else `fallback`, counted as a
@@ -495,24 +518,31 @@ impl PolicyHost {
         }
         match &mut self.policy {
             Hosted::Native(p) => {
-                p.on_tick(now_ns, stats, plans);
+                let changed = self.delta.changed(stats, plans);
+                p.on_tick_changed(now_ns, stats, changed, plans);
                 self.request_calls = p.request_calls();
                 self.zero_weight_op = p.zero_weight_op();
+                // Only the plans new to the host need validating.
+                for &i in self.delta.left(plans) {
+                    if let Some(p) = plans.get_mut(i as usize) {
+                        if p.validate().is_err() {
+                            self.counters.rejections += 1;
+                            *p = TenantPlan::PASSTHROUGH;
+                        }
+                    }
+                }
             }
             Hosted::Wasm(w) => {
-                let res =
-                    w.on_tick(now_ns, stats, plans).and_then(|()| first_invalid("plan", plans, TenantPlan::validate));
+                let res = w
+                    .on_tick(now_ns, stats, plans)
+                    .and_then(|()| first_invalid_of("plan", plans, w.new_plans(), TenantPlan::validate));
                 if let Err(f) = res {
                     self.drop_decisions("on_tick", f, plans, TenantPlan::PASSTHROUGH);
                     self.reset_plans = false;
                     return;
                 }
                 self.refresh_tick();
-                return;
             }
-        }
-        for p in plans.iter_mut() {
-            *p = self.valid_or(*p, TenantPlan::validate, TenantPlan::PASSTHROUGH);
         }
     }
 
@@ -529,7 +559,9 @@ impl PolicyHost {
         match &mut self.policy {
             Hosted::Native(p) => p.on_pacing(now_ns, pacing),
             Hosted::Wasm(w) => {
-                let res = w.read_pacing(pacing).and_then(|()| first_invalid("pacing", pacing, Pacing::validate));
+                let res = w
+                    .read_pacing(pacing)
+                    .and_then(|()| first_invalid_of("pacing", pacing, w.new_pacing(), Pacing::validate));
                 if let Err(f) = res {
                     self.drop_decisions("on_pacing", f, pacing, Pacing::UNLIMITED);
                     self.reset_pacing = false;

@@ -29,6 +29,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
+
+use super::delta::{keys_differ, plans_differ, stats_key, StatsKey};
 use perf_policy_sdk::{
     LoopInfo, Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats,
     ZeroWeightOp, ABI_VERSION,
@@ -424,6 +426,8 @@ pub struct WasmPolicy {
     control_ptr: Option<usize>,
     /// The loop block (ABI 1.7, optional export).
     loop_ptr: Option<usize>,
+    /// The changed list's address (ABI 1.9), written before each tick.
+    changed_ptr: Option<usize>,
     /// What the control block said at its last read: the tick interval
     /// and the request-call declaration.
     control: Option<abi::Declared>,
@@ -435,35 +439,12 @@ pub struct WasmPolicy {
     limits: WasmLimits,
 }
 
-/// A [`TenantStats`] record as words, for a cheap exact comparison (the
-/// EWMA by its bits).
-type StatsKey = [u64; 8];
-
-fn stats_key(s: &TenantStats) -> StatsKey {
-    let pair = |a: u32, b: u32| a as u64 | (b as u64) << 32;
-    [
-        pair(s.tenant, s.qps),
-        pair(s.backlogged_qps, s.max_depth),
-        s.ewma_msg_bytes.to_bits(),
-        s.max_msg_bytes,
-        s.completed,
-        s.bytes,
-        s.mean_latency_ns,
-        pair(s.weight, s.p99_latency_ns),
-    ]
-}
-
 /// Whether two records differ, word by word (inlined: a call of `memcmp`
 /// per record would cost more than the record's encoding).
 fn differ<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
     let (a, _) = a.as_chunks::<8>();
     let (b, _) = b.as_chunks::<8>();
     a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (u64::from_ne_bytes(*x) ^ u64::from_ne_bytes(*y))) != 0
-}
-
-/// Whether two stats keys differ (as [`differ`]).
-fn keys_differ(a: &StatsKey, b: &StatsKey) -> bool {
-    a.iter().zip(b).fold(0u64, |acc, (x, y)| acc | (x ^ y)) != 0
 }
 
 /// The host's copy of a resident module's tables (ABI 1.5): what it last
@@ -483,6 +464,13 @@ struct Resident {
     /// Records of the last tick: written (stats and plans) and decoded
     /// (plans).
     last: ResidentCounts,
+    /// The tick's changed list (ABI 1.9): the tenants whose stats or plan
+    /// it wrote.
+    changed: Vec<u32>,
+    /// The plans and pacing records the last tick decoded (the others are
+    /// ones the host wrote or decoded and validated before).
+    decoded_plans: Vec<u32>,
+    decoded_pacing: Vec<u32>,
 }
 
 impl Resident {
@@ -497,6 +485,9 @@ impl Resident {
             pacing_bytes: vec![[0; abi::PACING_SIZE]; max_tenants],
             pacing_known: 0,
             last: ResidentCounts::default(),
+            changed: Vec::new(),
+            decoded_plans: Vec::new(),
+            decoded_pacing: Vec::new(),
         }
     }
 }
@@ -783,6 +774,12 @@ impl WasmPolicy {
         } else {
             None
         };
+        // ABI 1.9: the changed list (a module without it gets `on_tick`).
+        let changed_ptr = if module_version.1 >= abi::CHANGED_MINOR && has(abi::CHANGED_EXPORT) {
+            Some(ptr(abi::CHANGED_EXPORT)?)
+        } else {
+            None
+        };
         // ABI 1.2: run-time parameters (a module without them takes none).
         let params =
             if module_version.1 >= abi::PARAMS_MINOR && has(abi::SET_PARAM_EXPORT) && has(abi::PARAMS_PTR_EXPORT) {
@@ -809,6 +806,7 @@ impl WasmPolicy {
             ("params", params.as_ref().map_or(0, |p| p.0), if params.is_some() { abi::PARAMS_SIZE } else { 0 }),
             ("control", control_ptr.unwrap_or(0), if control_ptr.is_some() { abi::CONTROL_SIZE } else { 0 }),
             ("loop", loop_ptr.unwrap_or(0), if loop_ptr.is_some() { abi::LOOP_SIZE } else { 0 }),
+            ("changed", changed_ptr.unwrap_or(0), if changed_ptr.is_some() { abi::CHANGED_SIZE } else { 0 }),
         ] {
             if p % abi::BUFFER_ALIGN != 0 {
                 return Err(LoadError::BadBuffer { what, detail: format!("address {p:#x} is not 8-byte aligned") });
@@ -841,6 +839,7 @@ impl WasmPolicy {
             params,
             control_ptr,
             loop_ptr,
+            changed_ptr,
             control: None,
             resident,
             max_tenants,
@@ -941,7 +940,7 @@ impl WasmPolicy {
         if let Some(ty) = module.get_export(abi::SET_PARAM_EXPORT) {
             check_func(abi::SET_PARAM_EXPORT, &ty, &[AbiType::I32, AbiType::I32], &[AbiType::I32])?;
         }
-        for optional in [abi::CONTROL_EXPORT, abi::LOOP_EXPORT] {
+        for optional in [abi::CONTROL_EXPORT, abi::LOOP_EXPORT, abi::CHANGED_EXPORT] {
             if let Some(ty) = module.get_export(optional) {
                 check_func(optional, &ty, &[], &[AbiType::I32])?;
             }
@@ -1157,26 +1156,43 @@ impl WasmPolicy {
         let mem = self.memory.data_mut(&mut self.store);
         let b = mem.get_mut(sp..sp.saturating_add(n * abi::STATS_SIZE)).ok_or_else(|| outside("stats"))?;
         let (recs, _) = b.as_chunks_mut::<{ abi::STATS_SIZE }>();
+        r.changed.clear();
         for (i, (s, rec)) in stats.iter().zip(recs).enumerate() {
             let key = stats_key(s);
             if i >= r.stats_known || keys_differ(&r.stats[i], &key) {
                 abi::encode_stats(s, rec);
                 r.stats[i] = key;
                 counts.stats_written += 1;
+                r.changed.push(i as u32);
             }
         }
+        let stats_changed = r.changed.len();
         r.stats_known = r.stats_known.max(n);
         let b = mem.get_mut(pp..pp.saturating_add(n * abi::PLAN_SIZE)).ok_or_else(|| outside("plans"))?;
         let (recs, _) = b.as_chunks_mut::<{ abi::PLAN_SIZE }>();
         for (i, (p, rec)) in plans.iter().zip(recs).enumerate() {
-            if i >= r.plans_known || r.plans[i] != *p {
+            if i >= r.plans_known || plans_differ(&r.plans[i], p) {
                 abi::encode_plan(p, &mut r.plan_bytes[i]);
                 *rec = r.plan_bytes[i];
                 r.plans[i] = *p;
                 counts.plans_written += 1;
+                r.changed.push(i as u32);
             }
         }
         r.plans_known = r.plans_known.max(n);
+        if let Some(at) = self.changed_ptr {
+            // ABI 1.9: both lists were in increasing order.
+            if r.changed.len() > stats_changed {
+                r.changed.sort_unstable();
+                r.changed.dedup();
+            }
+            let b = mem.get_mut(at..at.saturating_add(abi::CHANGED_SIZE)).ok_or_else(|| outside("changed"))?;
+            let (words, _) = b.as_chunks_mut::<4>();
+            words[0] = (r.changed.len() as u32).to_le_bytes();
+            for (w, i) in words[1..].iter_mut().zip(&r.changed) {
+                *w = i.to_le_bytes();
+            }
+        }
         Self::arm_for(&mut self.store, self.limits, n);
         let rc = self.hooks.on_tick.call(&mut self.store, (now_ns as i64, n as i32)).map_err(Fault::from_wasm)?;
         if rc != 0 {
@@ -1184,8 +1200,10 @@ impl WasmPolicy {
         }
         let b = self.memory.data(&self.store).get(pp..pp + n * abi::PLAN_SIZE).ok_or_else(|| outside("plans"))?;
         let (recs, _) = b.as_chunks::<{ abi::PLAN_SIZE }>();
+        r.decoded_plans.clear();
         for (i, (rec, known)) in recs.iter().zip(r.plan_bytes.iter_mut()).enumerate() {
             if differ(rec, known) {
+                r.decoded_plans.push(i as u32);
                 r.plans[i] = abi::decode_plan(rec)
                     .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("plan of tenant {i}: {e:?}")))?;
                 *known = *rec;
@@ -1195,6 +1213,19 @@ impl WasmPolicy {
         plans[..n].copy_from_slice(&r.plans[..n]);
         r.last = counts;
         self.read_control()
+    }
+
+    /// The plans the last [`WasmPolicy::on_tick`] decoded, by tenant (`None`:
+    /// every plan, a module before ABI 1.5); the others it handed back are
+    /// the host's own.
+    pub fn new_plans(&self) -> Option<&[u32]> {
+        self.resident.as_deref().map(|r| r.decoded_plans.as_slice())
+    }
+
+    /// The pacing records the last [`WasmPolicy::read_pacing`] decoded, as
+    /// [`WasmPolicy::new_plans`].
+    pub fn new_pacing(&self) -> Option<&[u32]> {
+        self.resident.as_deref().map(|r| r.decoded_pacing.as_slice())
     }
 
     /// Whether the module exports a pacing buffer (ABI 1.1).
@@ -1216,8 +1247,10 @@ impl WasmPolicy {
                 .get(at..at.saturating_add(n * abi::PACING_SIZE))
                 .ok_or_else(|| Fault::new(FaultKind::Marshal, "pacing buffer outside memory"))?;
             let (recs, _) = b.as_chunks::<{ abi::PACING_SIZE }>();
+            r.decoded_pacing.clear();
             for (i, (rec, known)) in recs.iter().zip(r.pacing_bytes.iter_mut()).enumerate() {
                 if i >= r.pacing_known || differ(rec, known) {
+                    r.decoded_pacing.push(i as u32);
                     r.pacing[i] = abi::decode_pacing(rec)
                         .map_err(|e| Fault::new(FaultKind::InvalidDecision, format!("pacing of tenant {i}: {e:?}")))?;
                     *known = *rec;

@@ -791,3 +791,117 @@ fn the_loop_block_is_validated_and_written_before_each_tick() {
     let e = typed.load(WasmLimits::default()).err().expect("refused");
     assert!(matches!(e, LoadError::WrongType { .. }), "{e}");
 }
+
+/// `perf` as it was before ABI 1.9: every tick is the whole tick (the
+/// default `Policy::on_tick_changed`).
+struct WholeTick(Perf);
+
+impl Policy for WholeTick {
+    fn name(&self) -> &str {
+        "perf-whole-tick"
+    }
+    fn on_tick(&mut self, now_ns: u64, stats: &[TenantStats], plans: &mut [TenantPlan]) {
+        self.0.on_tick(now_ns, stats, plans)
+    }
+    fn on_pacing(&mut self, now_ns: u64, pacing: &mut [perf_policy_sdk::Pacing]) {
+        self.0.on_pacing(now_ns, pacing)
+    }
+}
+
+/// `perf`, recording the length of each changed list the host gives it.
+struct Listed(Perf, std::sync::Arc<std::sync::Mutex<Vec<usize>>>);
+
+impl Policy for Listed {
+    fn name(&self) -> &str {
+        "perf-listed"
+    }
+    fn on_tick_changed(&mut self, now_ns: u64, stats: &[TenantStats], changed: &[u32], plans: &mut [TenantPlan]) {
+        assert!(changed.windows(2).all(|w| w[0] < w[1]), "in increasing order: {changed:?}");
+        self.1.lock().expect("lengths").push(changed.len());
+        self.0.on_tick_changed(now_ns, stats, changed, plans)
+    }
+    fn on_pacing(&mut self, now_ns: u64, pacing: &mut [perf_policy_sdk::Pacing]) {
+        self.0.on_pacing(now_ns, pacing)
+    }
+}
+
+/// The changed list (ABI 1.9) through the host: `perf`'s incremental tick,
+/// native and as its module, decides exactly as the whole tick over ticks
+/// whose records change in part, not at all, or entirely, while tenants
+/// come and go, across classification and allowed-set periods, with plans
+/// the host replaced (a removed tenant's, an invalid one's) and a time
+/// slice that moves on. The host lists every tenant at the first tick and
+/// whenever every record changed, the two replaced plans, and none when
+/// nothing changed.
+#[test]
+fn the_changed_list_lets_perf_tick_incrementally_and_decide_the_same() {
+    let limits = WasmLimits { interruption: Interruption::Fuel(u64::MAX / 2), ..WasmLimits::default() };
+    let mut whole = PolicyHost::new(Box::new(WholeTick(Perf::default())));
+    let lengths = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut native = PolicyHost::new(Box::new(Listed(Perf::default(), lengths.clone())));
+    let mut wasm = PolicyHost::load_with("wasm:perf", limits).expect("embedded").0;
+    let mut hosts = [&mut whole, &mut native, &mut wasm];
+    let mut plans = vec![vec![TenantPlan::PASSTHROUGH; 64]; 3];
+    let mut pacing = vec![vec![perf_policy_sdk::Pacing::UNLIMITED; 64]; 3];
+    // Bulk tenants and one message-rate tenant: more than four bandwidth
+    // tenants beside a sensitive one, so `perf` slices the NIC.
+    let bulk = |t: u32| TenantStats {
+        tenant: t,
+        qps: 2,
+        backlogged_qps: 2,
+        max_depth: 128,
+        ewma_msg_bytes: 1048576.0,
+        max_msg_bytes: 1 << 20,
+        completed: 4,
+        bytes: 4 << 20,
+        weight: 1,
+        ..TenantStats::default()
+    };
+    let mut s: Vec<TenantStats> = (0..64).map(bulk).collect();
+    s[7] = TenantStats { max_msg_bytes: 16, ewma_msg_bytes: 16.0, max_depth: 128, ..s[7] };
+    for round in 0..400u64 {
+        // 250 us ticks over 100 ms: periods of 5 and 10 ms, slices of 100 ms.
+        let at = round * 250_000;
+        let n = if round % 97 < 90 { 64 } else { 40 };
+        match round % 7 {
+            0 => s = stats(64, round),
+            1 | 2 => {
+                let fresh = stats(64, round);
+                for i in (round as usize % 5..64).step_by(9) {
+                    s[i] = fresh[i];
+                }
+            }
+            3 => {
+                // The host replaces plans: a removed tenant's, an invalid one.
+                for p in &mut plans {
+                    p[11] = TenantPlan::PASSTHROUGH;
+                    p[12] = TenantPlan { split: SplitPlan { chunk_bytes: 0, zero_weight_per_chunk: 0 }, ..p[12] };
+                }
+            }
+            _ => {}
+        }
+        for (k, h) in hosts.iter_mut().enumerate() {
+            h.on_tick(at, &s[..n], &mut plans[k][..n]);
+            h.on_pacing(at, &mut pacing[k][..n]);
+        }
+        assert!(hosts[2].is_wasm(), "{:?}", hosts[2].exit_info());
+        for k in 1..3 {
+            let t = (0..n).find(|&t| plans[0][t] != plans[k][t] || pacing[0][t] != pacing[k][t]);
+            assert_eq!(t, None, "host {k} (1 native, 2 wasm) decided otherwise, round {round}");
+        }
+        let listed = lengths.lock().expect("lengths").last().copied();
+        // Where the tenant count changed, the tenants back are listed too.
+        let same_n = round % 97 != 0 && round % 97 != 90;
+        let want = match round % 7 {
+            _ if round == 0 => Some(n),
+            0 if same_n => Some(n),
+            3 if same_n => Some(2),
+            5 | 6 if same_n => Some(0),
+            _ => None,
+        };
+        if want.is_some() {
+            assert_eq!(listed, want, "round {round}");
+        }
+    }
+    assert!(pacing[0][..40].iter().any(|p| p.paused != 0), "the test slices the NIC");
+}

@@ -44,6 +44,8 @@
 //! fixed tables of [`MAX_TENANTS`] entries (a tenant beyond them is
 //! classified from the current tick alone and never paced).
 
+mod changed;
+
 use perf_policy_sdk::abi::MAX_TENANTS;
 use perf_policy_sdk::{
     parse_param, parse_param_min, Pacing, ParamError, Policy, RequestCalls, RequestInfo, SplitPlan, TenantClass,
@@ -334,17 +336,17 @@ struct Seen {
     max_depth: u32,
     max_msg: u64,
     ewma: f64,
-    completed: u64,
 }
 
 impl Seen {
-    const ZERO: Seen = Seen { max_depth: 0, max_msg: 0, ewma: 0.0, completed: 0 };
+    const ZERO: Seen = Seen { max_depth: 0, max_msg: 0, ewma: 0.0 };
 
+    /// Takes one tick's record in. Adding the same record again changes
+    /// nothing, which the incremental tick relies on (`changed.rs`).
     fn add(&mut self, s: &TenantStats) {
         self.max_depth = self.max_depth.max(s.max_depth);
         self.max_msg = self.max_msg.max(s.max_msg_bytes);
         self.ewma = s.ewma_msg_bytes;
-        self.completed += s.completed;
     }
 }
 
@@ -367,6 +369,9 @@ pub struct Perf {
     next_classify_ns: u64,
     next_allowed_ns: u64,
     ticked: bool,
+    /// What the last tick decided from, for the incremental tick
+    /// (`changed.rs`).
+    last: changed::LastTick,
 }
 
 crate::default_from_params!(Perf, PerfParams);
@@ -386,14 +391,14 @@ impl Perf {
             next_classify_ns: 0,
             next_allowed_ns: 0,
             ticked: false,
+            last: changed::LastTick::new(),
         }
     }
 
     /// Classifies a tenant from one tick of statistics (`None`: no request
     /// taken, nothing to go on).
     pub fn classify(&self, s: &TenantStats) -> Option<TenantClass> {
-        let seen =
-            Seen { max_depth: s.max_depth, max_msg: s.max_msg_bytes, ewma: s.ewma_msg_bytes, completed: s.completed };
+        let seen = Seen { max_depth: s.max_depth, max_msg: s.max_msg_bytes, ewma: s.ewma_msg_bytes };
         self.classify_seen(&seen)
     }
 
@@ -489,19 +494,27 @@ impl Perf {
 
     fn classify_all(&mut self, now_ns: u64, stats: &[TenantStats]) {
         let period = !self.ticked || now_ns >= self.next_classify_ns;
+        self.last.fresh.clear_below(MAX_TENANTS);
         for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
             self.seen[i].add(s);
             // A new tenant is classified as soon as it shows traffic.
             if period || self.classes[i] == TenantClass::Unknown {
-                if let Some(c) = self.classify_seen(&self.seen[i]) {
-                    self.classes[i] = c;
-                }
-                self.seen[i] = Seen::ZERO;
+                self.reclassify(i);
             }
         }
         if period {
             self.next_classify_ns = now_ns.saturating_add(self.params.classify_interval_ns);
         }
+    }
+
+    /// Classifies tenant `i` from what it showed since the last time and
+    /// starts counting again.
+    fn reclassify(&mut self, i: usize) {
+        if let Some(c) = self.classify_seen(&self.seen[i]) {
+            self.classes[i] = c;
+        }
+        self.seen[i] = Seen::ZERO;
+        self.last.fresh.insert(i);
     }
 
     fn recompute_caps(&mut self, now_ns: u64, stats: &[TenantStats]) {
@@ -539,6 +552,36 @@ impl Perf {
                     self.caps[i] = f.limit(s.ewma_msg_bytes);
                 }
             }
+        }
+    }
+
+    /// Tenant `i`'s plan and pacing, given whether a sensitive tenant is
+    /// active and which bandwidth tenant holds the NIC's time slice.
+    fn decide(&mut self, i: usize, s: &TenantStats, sensitive: bool, owner: Option<usize>, plans: &mut [TenantPlan]) {
+        let p = &self.params;
+        let zero_weight = if sensitive { p.chunk_bytes / p.zero_weight_unit.max(1) } else { 0 };
+        let class = self.class_of(i, s);
+        plans[i] = TenantPlan {
+            max_active_qps: self.cap_of(i),
+            quantum_requests: p.quantum_requests,
+            quantum_bytes: p.quantum_bytes,
+            quantum_ns: p.quantum_ns,
+            split: SplitPlan { chunk_bytes: p.chunk_bytes, zero_weight_per_chunk: zero_weight },
+            // PeRF splits every message of PERF_LARGE_FLOW and more,
+            // whoever sends it (such a message makes its tenant a
+            // bandwidth tenant at the next classification).
+            split_threshold: p.split_threshold,
+            class,
+            ..TenantPlan::PASSTHROUGH
+        };
+        let bucket = if class == TenantClass::Bandwidth && p.rate_bytes_per_s > 0 {
+            Pacing::rate(p.rate_bytes_per_s.saturating_mul(s.weight.max(1) as u64), p.burst_bytes)
+        } else {
+            Pacing::UNLIMITED
+        };
+        if let Some(slot) = self.pacing.get_mut(i) {
+            let paused = owner.is_some_and(|o| o != i) && class == TenantClass::Bandwidth;
+            *slot = Pacing { paused: paused as u32, ..bucket };
         }
     }
 
@@ -580,33 +623,19 @@ impl Policy for Perf {
         self.ticked = true;
         let sensitive = self.sensitive_active(stats);
         let bw = self.bandwidth_count(stats);
-        let p = self.params;
-        let zero_weight = if sensitive { p.chunk_bytes / p.zero_weight_unit.max(1) } else { 0 };
         let owner = self.slice_owner(now_ns, stats, sensitive, bw);
         for (i, s) in stats.iter().enumerate() {
-            let class = self.class_of(i, s);
-            plans[i] = TenantPlan {
-                max_active_qps: self.cap_of(i),
-                quantum_requests: p.quantum_requests,
-                quantum_bytes: p.quantum_bytes,
-                quantum_ns: p.quantum_ns,
-                split: SplitPlan { chunk_bytes: p.chunk_bytes, zero_weight_per_chunk: zero_weight },
-                // PeRF splits every message of PERF_LARGE_FLOW and more,
-                // whoever sends it (such a message makes its tenant a
-                // bandwidth tenant at the next classification).
-                split_threshold: p.split_threshold,
-                class,
-                ..TenantPlan::PASSTHROUGH
-            };
-            if let Some(slot) = self.pacing.get_mut(i) {
-                let bucket = if class == TenantClass::Bandwidth && p.rate_bytes_per_s > 0 {
-                    Pacing::rate(p.rate_bytes_per_s.saturating_mul(s.weight.max(1) as u64), p.burst_bytes)
-                } else {
-                    Pacing::UNLIMITED
-                };
-                let paused = owner.is_some_and(|o| o != i) && class == TenantClass::Bandwidth;
-                *slot = Pacing { paused: paused as u32, ..bucket };
-            }
+            self.decide(i, s, sensitive, owner, plans);
+        }
+        self.remember(now_ns, stats, sensitive, bw, owner);
+    }
+
+    /// [`Policy::on_tick`], working only on the tenants that changed and
+    /// those it must look at again, where that decides the same
+    /// (`changed.rs`); the whole tick otherwise.
+    fn on_tick_changed(&mut self, now_ns: u64, stats: &[TenantStats], changed: &[u32], plans: &mut [TenantPlan]) {
+        if !self.tick_changed(now_ns, stats, changed, plans) {
+            self.on_tick(now_ns, stats, plans);
         }
     }
 
