@@ -57,7 +57,7 @@ fn time(n: u32, mut f: impl FnMut(u32)) -> f64 {
 
 /// The hooks measured. `on_tick64`, `on_request`, `on_tenant` and
 /// `tick_interval` call the policy itself (`Perf`, `WasmPolicy`): the cost
-/// of a call. `round64`, `round64_churn`, `request` and `request_call` go
+/// of a call (`on_tick64` over 64 tenants whose records all changed). `round64`, `round64_churn`, `request` and `request_call` go
 /// through the [`PolicyHost`], as the dataplane's loop calls it: a round is
 /// `on_tick` and `on_pacing` over 64 tenants (with the plans' validation),
 /// its statistics unchanged from the last tick or every record changed
@@ -95,6 +95,8 @@ struct Subject {
 struct Inputs {
     stats: Vec<TenantStats>,
     churned: Vec<TenantStats>,
+    /// Every tenant, as a changed list.
+    every: Vec<u32>,
     big: RequestInfo,
     short: RequestInfo,
 }
@@ -125,7 +127,9 @@ impl Subject {
     /// One call of hook `h` (an index into [`HOOKS`]).
     fn call(&mut self, h: usize, i: u32, x: &Inputs) {
         let t = TenantInfo { tenant: i % 64, qps: 4, weight: 1 };
-        let (s, plans) = (&x.stats, &mut self.plans);
+        // The raw tick: every record changed since the last (the policy's
+        // decisions for every tenant, ABI 1.9 telling it so natively).
+        let (s, plans) = (if i % 2 == 1 { &x.churned } else { &x.stats }, &mut self.plans);
         match h {
             1 | 2 => {
                 let s = if h == 2 && i % 2 == 1 { &x.churned } else { &x.stats };
@@ -144,8 +148,7 @@ impl Subject {
             _ => {}
         }
         match (&mut self.raw, h) {
-            // The statistics as at the last tick: nothing changed (ABI 1.9).
-            (Raw::Native(p), 0) => p.on_tick_changed(i as u64, s, &[], plans),
+            (Raw::Native(p), 0) => p.on_tick_changed(i as u64, s, &x.every, plans),
             (Raw::Native(p), 3) => {
                 std::hint::black_box(p.on_request(&x.big, &plans[0]));
             }
@@ -175,7 +178,8 @@ fn main() {
     // decisions, every stats record crossing).
     let churned = s.iter().map(|r| TenantStats { bytes: r.bytes + 1, ..*r }).collect();
     let req = |len| RequestInfo { tenant: 0, qp: 0, len, op: RequestOp::Write, depth: 4 };
-    let inputs = Inputs { stats: s, churned, big: req(1 << 20), short: req(2048) };
+    let every = (0..s.len() as u32).collect();
+    let inputs = Inputs { stats: s, churned, every, big: req(1 << 20), short: req(2048) };
 
     println!("policy cost, perf policy: median ns per call ({runs} runs of 10 rounds / 1000 other calls, the three measured in turn)");
     let mut subjects = [

@@ -659,6 +659,16 @@ pub trait Policy {
         self.on_tick(now_ns, stats, plans)
     }
 
+    /// Whether [`Policy::on_tick_changed`] uses its changed list. A native
+    /// policy that says so is given the list the host makes by comparing
+    /// every record and plan with the last tick's (a few ns per tenant);
+    /// one that does not is called [`Policy::on_tick`], and the host spares
+    /// that work. A wasm module is always given the list, which the host's
+    /// resident tables (ABI 1.5) make anyway. Default: `false`.
+    fn tick_changes(&self) -> bool {
+        false
+    }
+
     /// Right before each [`Policy::on_tick`]: the loop's load over the
     /// last tick interval and its costs (ABI 1.7; a module before it is
     /// never called). Default: ignore it.

@@ -377,11 +377,16 @@ impl PolicyHost {
 
     /// `record` if `validate` accepts it, else `fallback`, counted as a
     /// rejection (a native policy's decision, or one answered from the plan).
-    fn valid_or<T>(&mut self, record: T, validate: impl Fn(&T) -> Result<(), Rejection>, fallback: T) -> T {
+    fn valid_or<T>(
+        counters: &mut PolicyCounters,
+        record: T,
+        validate: impl Fn(&T) -> Result<(), Rejection>,
+        fallback: T,
+    ) -> T {
         if validate(&record).is_ok() {
             record
         } else {
-            self.counters.rejections += 1;
+            counters.rejections += 1;
             fallback
         }
     }
@@ -468,7 +473,7 @@ impl PolicyHost {
         if let Some(s) = self.request_calls.answer(req, plan, carry) {
             // The policy declared this answer its own (ABI 1.5): no call.
             self.counters.plan_answers += 1;
-            return self.valid_or(s, SplitPlan::validate, SplitPlan::WHOLE);
+            return Self::valid_or(&mut self.counters, s, SplitPlan::validate, SplitPlan::WHOLE);
         }
         let s = match &mut self.policy {
             Hosted::Native(p) => p.on_request(req, plan),
@@ -490,7 +495,7 @@ impl PolicyHost {
         if req.op == RequestOp::Send && self.wasm_abi_version().is_some_and(|v| v < (1, 4)) {
             return SplitPlan::WHOLE;
         }
-        self.valid_or(s, SplitPlan::validate, SplitPlan::WHOLE)
+        Self::valid_or(&mut self.counters, s, SplitPlan::validate, SplitPlan::WHOLE)
     }
 
     /// Tells the policy the loop's load and costs before its next tick
@@ -517,7 +522,7 @@ impl PolicyHost {
             plans.fill(TenantPlan::PASSTHROUGH);
         }
         match &mut self.policy {
-            Hosted::Native(p) => {
+            Hosted::Native(p) if p.tick_changes() => {
                 let changed = self.delta.changed(stats, plans);
                 p.on_tick_changed(now_ns, stats, changed, plans);
                 self.request_calls = p.request_calls();
@@ -525,11 +530,16 @@ impl PolicyHost {
                 // Only the plans new to the host need validating.
                 for &i in self.delta.left(plans) {
                     if let Some(p) = plans.get_mut(i as usize) {
-                        if p.validate().is_err() {
-                            self.counters.rejections += 1;
-                            *p = TenantPlan::PASSTHROUGH;
-                        }
+                        *p = Self::valid_or(&mut self.counters, *p, TenantPlan::validate, TenantPlan::PASSTHROUGH);
                     }
+                }
+            }
+            Hosted::Native(p) => {
+                p.on_tick(now_ns, stats, plans);
+                self.request_calls = p.request_calls();
+                self.zero_weight_op = p.zero_weight_op();
+                for p in plans.iter_mut() {
+                    *p = Self::valid_or(&mut self.counters, *p, TenantPlan::validate, TenantPlan::PASSTHROUGH);
                 }
             }
             Hosted::Wasm(w) => {
@@ -570,7 +580,7 @@ impl PolicyHost {
             }
         }
         for p in pacing.iter_mut() {
-            *p = self.valid_or(*p, Pacing::validate, Pacing::UNLIMITED);
+            *p = Self::valid_or(&mut self.counters, *p, Pacing::validate, Pacing::UNLIMITED);
         }
     }
 }

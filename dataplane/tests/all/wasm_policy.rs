@@ -820,6 +820,9 @@ impl Policy for Listed {
         self.1.lock().expect("lengths").push(changed.len());
         self.0.on_tick_changed(now_ns, stats, changed, plans)
     }
+    fn tick_changes(&self) -> bool {
+        true
+    }
     fn on_pacing(&mut self, now_ns: u64, pacing: &mut [perf_policy_sdk::Pacing]) {
         self.0.on_pacing(now_ns, pacing)
     }

@@ -555,12 +555,27 @@ impl Perf {
         }
     }
 
-    /// Tenant `i`'s plan and pacing, given whether a sensitive tenant is
-    /// active and which bandwidth tenant holds the NIC's time slice.
-    fn decide(&mut self, i: usize, s: &TenantStats, sensitive: bool, owner: Option<usize>, plans: &mut [TenantPlan]) {
+    /// The zero-weight WRs after each chunk: a chunk's worth while a
+    /// sensitive tenant is active, none otherwise.
+    fn zero_weight_per_chunk(&self, sensitive: bool) -> u32 {
         let p = &self.params;
-        let zero_weight = if sensitive { p.chunk_bytes / p.zero_weight_unit.max(1) } else { 0 };
+        if sensitive {
+            p.chunk_bytes / p.zero_weight_unit.max(1)
+        } else {
+            0
+        }
+    }
+
+    /// Tenant `i`'s plan and pacing, given the zero-weight WRs per chunk
+    /// and which bandwidth tenant holds the NIC's time slice; and what it
+    /// counts for in those (for the incremental tick).
+    #[inline(always)]
+    fn decide(&mut self, i: usize, s: &TenantStats, zero_weight: u32, owner: Option<usize>, plans: &mut [TenantPlan]) {
+        let p = &self.params;
         let class = self.class_of(i, s);
+        if let Some(f) = self.last.flags.get_mut(i) {
+            *f = changed::flags_of(class, s);
+        }
         plans[i] = TenantPlan {
             max_active_qps: self.cap_of(i),
             quantum_requests: p.quantum_requests,
@@ -589,11 +604,7 @@ impl Perf {
     /// slicing applies: the `k`-th backlogged bandwidth tenant, `k`
     /// advancing every `slice_ns`.
     fn slice_owner(&self, now_ns: u64, stats: &[TenantStats], sensitive: bool, bw: usize) -> Option<usize> {
-        let p = &self.params;
-        if !sensitive || bw as u64 <= p.slice_above as u64 || p.slice_ns == 0 {
-            return None;
-        }
-        let k = (now_ns / p.slice_ns) as usize % bw;
+        let k = self.slice_index(now_ns, sensitive, bw)?;
         stats.iter().enumerate().filter(|(i, s)| self.bandwidth_backlogged(*i, s)).nth(k).map(|(i, _)| i)
     }
 }
@@ -624,10 +635,11 @@ impl Policy for Perf {
         let sensitive = self.sensitive_active(stats);
         let bw = self.bandwidth_count(stats);
         let owner = self.slice_owner(now_ns, stats, sensitive, bw);
+        let zero_weight = self.zero_weight_per_chunk(sensitive);
         for (i, s) in stats.iter().enumerate() {
-            self.decide(i, s, sensitive, owner, plans);
+            self.decide(i, s, zero_weight, owner, plans);
         }
-        self.remember(now_ns, stats, sensitive, bw, owner);
+        self.remember(now_ns, stats.len(), sensitive, bw, owner);
     }
 
     /// [`Policy::on_tick`], working only on the tenants that changed and
@@ -637,6 +649,10 @@ impl Policy for Perf {
         if !self.tick_changed(now_ns, stats, changed, plans) {
             self.on_tick(now_ns, stats, plans);
         }
+    }
+
+    fn tick_changes(&self) -> bool {
+        true
     }
 
     fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {

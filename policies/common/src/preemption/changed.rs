@@ -63,10 +63,11 @@ pub(super) struct LastTick {
     /// (their next record is news to it, changed or not).
     pub(super) fresh: TenantSet,
     /// Per tenant, what it counted for ([`SENSITIVE`], [`BANDWIDTH`],
-    /// [`ACTIVE`]).
-    flags: [u8; MAX_TENANTS],
-    /// The active sensitive tenants and the backlogged bandwidth tenants.
-    sensitive: usize,
+    /// [`ACTIVE`]), kept as the whole tick decides it.
+    pub(super) flags: [u8; MAX_TENANTS],
+    /// Whether a sensitive tenant was active, and the backlogged
+    /// bandwidth tenants.
+    sensitive: bool,
     bandwidth: usize,
     /// Tenants in the tick.
     tenants: usize,
@@ -84,7 +85,7 @@ impl LastTick {
         LastTick {
             fresh: TenantSet::EMPTY,
             flags: [0; MAX_TENANTS],
-            sensitive: 0,
+            sensitive: false,
             bandwidth: 0,
             tenants: 0,
             slice: None,
@@ -96,7 +97,7 @@ impl LastTick {
 }
 
 /// What tenant `s` of class `class` counts for.
-fn flags_of(class: TenantClass, s: &TenantStats) -> u8 {
+pub(super) fn flags_of(class: TenantClass, s: &TenantStats) -> u8 {
     let mut f = 0;
     if is_sensitive(class) && active(s) {
         f |= SENSITIVE;
@@ -120,24 +121,12 @@ impl Perf {
         Some((now_ns / p.slice_ns) as usize % bw)
     }
 
-    /// After a whole tick: what it decided from.
-    pub(super) fn remember(
-        &mut self,
-        now_ns: u64,
-        stats: &[TenantStats],
-        sensitive: bool,
-        bw: usize,
-        owner: Option<usize>,
-    ) {
-        let mut counted = 0;
-        for (i, s) in stats.iter().enumerate().take(MAX_TENANTS) {
-            let f = flags_of(self.classes[i], s);
-            self.last.flags[i] = f;
-            counted += (f & SENSITIVE != 0) as usize;
-        }
-        self.last.sensitive = counted;
+    /// After a whole tick over `tenants` tenants: what it decided from
+    /// (each tenant's flags were kept as it was decided).
+    pub(super) fn remember(&mut self, now_ns: u64, tenants: usize, sensitive: bool, bw: usize, owner: Option<usize>) {
+        self.last.sensitive = sensitive;
         self.last.bandwidth = bw;
-        self.last.tenants = stats.len();
+        self.last.tenants = tenants;
         self.last.slice = self.slice_index(now_ns, sensitive, bw);
         self.last.owner = owner;
         self.last.params = Some(self.params);
@@ -173,6 +162,11 @@ impl Perf {
         if n > MAX_TENANTS || plans.len() < n || changed.iter().any(|&i| i as usize >= n) {
             return false;
         }
+        // Most tenants listed: the whole tick costs less than visiting
+        // them with the check first, and decides the same.
+        if changed.len() * 2 > n {
+            return false;
+        }
         // The tenants to visit: those listed, and those whose count started
         // again (a record it has not taken in yet, changed or not).
         let words = TenantSet::words(n);
@@ -186,7 +180,7 @@ impl Perf {
             .visit
             .iter_below(n)
             .all(|i| flags_of(self.class_after(i, &stats[i]), &stats[i]) == self.last.flags[i]);
-        let sensitive = self.last.sensitive > 0;
+        let sensitive = self.last.sensitive;
         if !same || self.slice_index(now_ns, sensitive, self.last.bandwidth) != self.last.slice {
             return false;
         }
@@ -194,6 +188,7 @@ impl Perf {
         // others' records are ones their counts already took in.
         self.last.fresh.clear_below(n);
         let owner = self.last.owner;
+        let zero_weight = self.zero_weight_per_chunk(sensitive);
         for k in 0..words {
             let mut w = self.last.visit.0[k];
             while w != 0 {
@@ -203,7 +198,7 @@ impl Perf {
                 if self.classes[i] == TenantClass::Unknown {
                     self.reclassify(i);
                 }
-                self.decide(i, &stats[i], sensitive, owner, plans);
+                self.decide(i, &stats[i], zero_weight, owner, plans);
             }
         }
         true
