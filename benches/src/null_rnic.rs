@@ -24,12 +24,19 @@ struct NullQp {
     state: QpState,
 }
 
+/// A CQ: its entries, and for an ignore-overrun CQ (a preemption control
+/// QP's counter) its depth, past which the oldest entry gives way.
+struct NullCq {
+    wcs: VecDeque<Wc>,
+    overrun_at: Option<usize>,
+}
+
 /// The null RNIC (see the module documentation).
 pub struct NullRnic {
     epoch: Instant,
     pds: u32,
     mrs: Vec<Option<Mr>>,
-    cqs: Vec<Option<VecDeque<Wc>>>,
+    cqs: Vec<Option<NullCq>>,
     qps: Vec<Option<NullQp>>,
 }
 
@@ -50,6 +57,16 @@ impl NullRnic {
             .get_mut(qp.0 as usize)
             .and_then(Option::as_mut)
             .ok_or(RnicError::InvalidHandle { kind: "qp", id: qp.0 })
+    }
+
+    /// Heap bytes the device holds for its objects (the CQ entries
+    /// waiting to be polled above all): what a real NIC keeps in its own
+    /// rings, not the dataplane's.
+    pub fn heap_bytes(&self) -> usize {
+        let cqs: usize = self.cqs.iter().flatten().map(|q| q.wcs.capacity() * std::mem::size_of::<Wc>()).sum();
+        cqs + self.cqs.capacity() * std::mem::size_of::<Option<NullCq>>()
+            + self.qps.capacity() * std::mem::size_of::<Option<NullQp>>()
+            + self.mrs.capacity() * std::mem::size_of::<Option<Mr>>()
     }
 
     fn cq_index(&self, cq: CqHandle) -> Result<usize, RnicError> {
@@ -116,8 +133,9 @@ impl Rnic for NullRnic {
         Ok(())
     }
 
-    fn create_cq(&mut self, _attr: CqAttr) -> Result<CqHandle, RnicError> {
-        self.cqs.push(Some(VecDeque::new()));
+    fn create_cq(&mut self, attr: CqAttr) -> Result<CqHandle, RnicError> {
+        let overrun_at = attr.ignore_overrun.then_some(attr.depth.max(1) as usize);
+        self.cqs.push(Some(NullCq { wcs: VecDeque::new(), overrun_at }));
         Ok(CqHandle(self.cqs.len() as u32 - 1))
     }
 
@@ -173,7 +191,10 @@ impl Rnic for NullRnic {
             .as_mut()
             .ok_or(PostError { index: 0, error: RnicError::InvalidHandle { kind: "cq", id: cq as u32 } })?;
         for wr in wrs.iter().filter(|wr| wr.signaled || sig_all) {
-            cq.push_back(Wc {
+            if cq.overrun_at.is_some_and(|depth| cq.wcs.len() >= depth) {
+                cq.wcs.pop_front();
+            }
+            cq.wcs.push_back(Wc {
                 wr_id: wr.wr_id,
                 status: WcStatus::Success,
                 opcode: wr.opcode.wc_opcode(),
@@ -194,8 +215,8 @@ impl Rnic for NullRnic {
     fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, RnicError> {
         let i = self.cq_index(cq)?;
         let q = self.cqs[i].as_mut().ok_or(RnicError::InvalidHandle { kind: "cq", id: cq.0 })?;
-        let n = out.len().min(q.len());
-        for (slot, wc) in out.iter_mut().zip(q.drain(..n)) {
+        let n = out.len().min(q.wcs.len());
+        for (slot, wc) in out.iter_mut().zip(q.wcs.drain(..n)) {
             *slot = wc;
         }
         Ok(n)

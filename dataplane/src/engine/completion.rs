@@ -19,14 +19,14 @@ impl<R: Rnic> Dataplane<R> {
         self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
         // Releases still queued (or never posted) may never run: their
         // hand-offs may need rescuing.
-        let releases = q.posted.iter().filter(|(_, m, _)| matches!(m, Meta::Release)).count() as u32;
+        let releases = q.posted.releases();
         let lost = releases + q.pending_release as u32;
         q.pending_release = false;
         self.tenants[q.tenant as usize].lost_releases += lost;
         // A hidden chunk's error belongs to the first message whose last WQE
         // is still posted; if there is none, to the message being posted (its
         // first chunks failed while the rest was still in software).
-        let app_posted = q.posted.iter().any(|(_, m, _)| matches!(m, Meta::App { .. }));
+        let app_posted = q.posted.has_app();
         let cursor_status = cursor_status.unwrap_or_else(|| {
             if app_posted {
                 WcStatus::WrFlushErr
@@ -113,7 +113,7 @@ impl<R: Rnic> Dataplane<R> {
         let index = q.index;
         // `posted` holds consecutive sequence numbers from its front to
         // `next_seq`: a completion is ours if its number lies in that range.
-        let Some(&(front, _, _)) = q.posted.front() else { return };
+        let Some(front) = q.posted.front_seq() else { return };
         if seq_low.wrapping_sub(front) & WR_SEQ_MASK >= q.next_seq - front {
             return;
         }
@@ -124,7 +124,17 @@ impl<R: Rnic> Dataplane<R> {
         let mut released = [0u64; 2];
         let mut retired = 0u64;
         let mut this_seq = None;
-        while let Some((seq, meta, charge)) = q.posted.pop_front() {
+        loop {
+            // The hidden WQEs before the one completed, a run at a time.
+            let (n, held) = q.posted.retire_hidden_before(seq_low, WR_SEQ_MASK);
+            if n > 0 {
+                retired += n;
+                hidden += n;
+                released[0] += held[0];
+                released[1] += held[1];
+                continue;
+            }
+            let Some((seq, meta, charge)) = q.posted.pop_front() else { break };
             retired += 1;
             for (k, &b) in charge.held.iter().enumerate() {
                 released[k] += b as u64;

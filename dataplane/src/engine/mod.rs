@@ -33,6 +33,7 @@ mod pacing;
 mod pinned;
 mod pipeline;
 mod post;
+mod posted;
 mod qp;
 mod ready;
 mod recovery;

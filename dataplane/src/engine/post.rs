@@ -341,7 +341,7 @@ impl<R: Rnic> Dataplane<R> {
             self.tenants[t].qps_in_nic += 1;
         }
         for (k, s) in specs.iter().take(posted).enumerate() {
-            q.posted.push_back((base + k as u64, s.meta, s.charge));
+            q.posted.push(base + k as u64, s.meta, s.charge);
             if s.sge.is_some() {
                 self.counters.data_wqes += 1;
             } else if split::is_zero_weight(&s.opcode, zw_cq) {

@@ -160,7 +160,7 @@ pub(crate) struct DpQp {
     pub index: u32,
     pub nic_qp: QpHandle,
     /// Posted WQEs not yet retired: (sequence number, meaning, window charge).
-    pub posted: VecDeque<(u64, Meta, WindowCharge)>,
+    pub posted: super::posted::Posted,
     pub next_seq: u64,
     pub since_signal: u32,
     /// Window-charged bytes posted since its last signaled WQE.
@@ -202,7 +202,7 @@ impl DpQp {
             traffic_class: 0,
             held: VecDeque::new(),
             cursor: None,
-            posted: VecDeque::new(),
+            posted: super::posted::Posted::default(),
             next_seq: 0,
             since_signal: 0,
             unsignaled_bytes: 0,

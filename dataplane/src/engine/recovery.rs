@@ -96,17 +96,14 @@ impl<R: Rnic> Dataplane<R> {
         let t = q.tenant as usize;
         let index = q.index;
         let mut out = Vec::new();
-        let mut released = [0u64; 2];
-        let retired = q.posted.len() as u64;
+        let retired = q.posted.len();
         if retired > 0 {
             self.tenants[t].qps_in_nic -= 1;
         }
-        for (_, meta, charge) in q.posted.drain(..) {
-            for (k, &b) in charge.held.iter().enumerate() {
-                released[k] += b as u64;
-            }
-            match meta {
-                Meta::App { wr_id, posted_ns, .. } => out.push(Completion {
+        let (released, messages) = q.posted.drain();
+        for meta in messages {
+            if let Meta::App { wr_id, posted_ns, .. } = meta {
+                out.push(Completion {
                     wr_id,
                     qp: index,
                     status: WcStatus::WrFlushErr,
@@ -115,10 +112,10 @@ impl<R: Rnic> Dataplane<R> {
                     imm: None,
                     posted_ns,
                     completed_ns: now,
-                }),
-                Meta::Hidden | Meta::Release => self.counters.hidden_completions += 1,
+                });
             }
         }
+        self.counters.hidden_completions += retired - out.len() as u64;
         q.outstanding = 0;
         q.pending_error = None;
         self.tenants[t].release_window(released, self.plans[t].windowed().then_some(&mut self.windowed_inflight));
