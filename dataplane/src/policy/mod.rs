@@ -75,26 +75,20 @@ enum Hosted {
 pub const MAX_EXITS: usize = 64;
 
 /// The first of a wasm policy's per-tenant records that `validate`
-/// rejects, as the fault that drops the module (`"{what} of tenant i"`).
-fn first_invalid<T>(what: &str, records: &[T], validate: impl Fn(&T) -> Result<(), Rejection>) -> Result<(), Fault> {
-    match records.iter().enumerate().find_map(|(i, r)| validate(r).err().map(|e| (i, e))) {
-        None => Ok(()),
-        Some((i, e)) => {
-            Err(Fault { kind: FaultKind::InvalidDecision, message: format!("{what} of tenant {i}: {e:?}") })
-        }
-    }
-}
-
-/// [`first_invalid`] among the records at `new` (`None`: every record), the
-/// others being ones the host validated before.
-fn first_invalid_of<T>(
+/// rejects, as the fault that drops the module (`"{what} of tenant i"`),
+/// among the records at `new` (`None`: every record; the others are ones
+/// the host validated before).
+fn first_invalid<T>(
     what: &str,
     records: &[T],
     new: Option<&[u32]>,
     validate: impl Fn(&T) -> Result<(), Rejection>,
 ) -> Result<(), Fault> {
-    let Some(new) = new else { return first_invalid(what, records, validate) };
-    let found = new.iter().find_map(|&i| records.get(i as usize).and_then(|r| validate(r).err().map(|e| (i, e))));
+    let check = |i: usize| records.get(i).and_then(|r| validate(r).err().map(|e| (i, e)));
+    let found = match new {
+        Some(new) => new.iter().find_map(|&i| check(i as usize)),
+        None => (0..records.len()).find_map(check),
+    };
     match found {
         None => Ok(()),
         Some((i, e)) => {
@@ -545,7 +539,7 @@ impl PolicyHost {
             Hosted::Wasm(w) => {
                 let res = w
                     .on_tick(now_ns, stats, plans)
-                    .and_then(|()| first_invalid_of("plan", plans, w.new_plans(), TenantPlan::validate));
+                    .and_then(|()| first_invalid("plan", plans, w.new_plans(), TenantPlan::validate));
                 if let Err(f) = res {
                     self.drop_decisions("on_tick", f, plans, TenantPlan::PASSTHROUGH);
                     self.reset_plans = false;
@@ -571,7 +565,7 @@ impl PolicyHost {
             Hosted::Wasm(w) => {
                 let res = w
                     .read_pacing(pacing)
-                    .and_then(|()| first_invalid_of("pacing", pacing, w.new_pacing(), Pacing::validate));
+                    .and_then(|()| first_invalid("pacing", pacing, w.new_pacing(), Pacing::validate));
                 if let Err(f) = res {
                     self.drop_decisions("on_pacing", f, pacing, Pacing::UNLIMITED);
                     self.reset_pacing = false;

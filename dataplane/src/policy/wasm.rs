@@ -29,8 +29,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use perf_policy_sdk::abi::{self, ValType as AbiType};
-
-use super::delta::{keys_differ, plans_differ, stats_key, StatsKey};
 use perf_policy_sdk::{
     LoopInfo, Pacing, ParamError, RequestCalls, RequestInfo, SplitPlan, TenantInfo, TenantPlan, TenantStats,
     ZeroWeightOp, ABI_VERSION,
@@ -39,6 +37,8 @@ use wasmtime::{
     Caller, Config, Engine, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap,
     TypedFunc, ValType,
 };
+
+use super::delta::{keys_differ, plans_differ, stats_key, StatsKey};
 
 /// How often the process-wide ticker advances the epoch of an engine with
 /// epoch deadlines (the granularity of [`Interruption::Epoch`] and of the
