@@ -792,6 +792,58 @@ fn the_loop_block_is_validated_and_written_before_each_tick() {
     assert!(matches!(e, LoadError::WrongType { .. }), "{e}");
 }
 
+/// The changed list (ABI 1.9): validated at load, and written before each
+/// tick with the tenants whose record or plan the host wrote (every one at
+/// the first tick, none when nothing changed); a 1.8 module's export is
+/// not one, and nothing is written.
+#[test]
+fn the_changed_list_is_validated_and_written_before_each_tick() {
+    const V1_9: u32 = 1 << 16 | 9;
+    // The list at 480000, its count pre-filled with 7, which no tick writes.
+    let export = |at: u32| {
+        format!("(func (export \"perf_changed_ptr\") (result i32) (i32.const {at})) (data (i32.const 480000) \"\\07\")")
+    };
+    // The module copies the count and the first index it was given into
+    // tenant 0's plan (`split_threshold`, `quantum_bytes`), which the host
+    // decodes: what each tick listed, seen from the host.
+    let recorder = "(i32.store (i32.const 262176) (i32.load (i32.const 480000))) \
+                    (i32.store (i32.const 262152) (i32.load (i32.const 480004))) (i32.const 0)";
+    let m = Wat { version: V1_9, on_tick: recorder.into(), extra: export(480000), ..Wat::default() };
+    let mut host = PolicyHost::wasm(m.load(WasmLimits::default()).expect("loads"));
+    let mut s = stats(3, 0);
+    let mut plans = [TenantPlan::PASSTHROUGH; 3];
+    let mut seen = Vec::new();
+    for step in 0..4u64 {
+        if step == 2 {
+            s[1].bytes += 1;
+        }
+        host.on_tick(step * 1_000_000, &s, &mut plans);
+        seen.push((plans[0].split_threshold, plans[0].quantum_bytes));
+    }
+    assert!(host.exit_info().is_none(), "{:?}", host.exit_info());
+    // Every tenant first; then none (the plan the module left is the one
+    // the host holds); then the one whose record changed; then none.
+    assert_eq!(seen.iter().map(|x| x.0).collect::<Vec<_>>(), [3, 0, 1, 0]);
+    assert_eq!((seen[0].1, seen[2].1), (0, 1), "the first index listed");
+    // A 1.8 module's export is not one: nothing is written.
+    let old = Wat { version: 1 << 16 | 8, on_tick: recorder.into(), extra: export(480000), ..Wat::default() };
+    let mut host = PolicyHost::wasm(old.load(WasmLimits::default()).expect("loads"));
+    let mut plans = [TenantPlan::PASSTHROUGH; 3];
+    host.on_tick(0, &stats(3, 0), &mut plans);
+    assert_eq!(plans[0].split_threshold, 7, "the pre-filled count, untouched");
+    // Refused at load: outside memory, and the wrong type.
+    let outside = Wat { version: V1_9, extra: export(520_000), ..Wat::default() };
+    let e = outside.load(WasmLimits::default()).err().expect("refused");
+    assert!(matches!(e, LoadError::BadBuffer { what: "changed", .. }), "{e}");
+    let typed = Wat {
+        version: V1_9,
+        extra: "(func (export \"perf_changed_ptr\") (param i32) (result i32) (i32.const 8))".into(),
+        ..Wat::default()
+    };
+    let e = typed.load(WasmLimits::default()).err().expect("refused");
+    assert!(matches!(e, LoadError::WrongType { .. }), "{e}");
+}
+
 /// `perf` as it was before ABI 1.9: every tick is the whole tick (the
 /// default `Policy::on_tick_changed`).
 struct WholeTick(Perf);
