@@ -35,6 +35,12 @@ struct AppRecord {
     posted_ns: u64,
 }
 
+impl AppRecord {
+    fn meta(self) -> Meta {
+        Meta::App { wr_id: self.wr_id, len: self.len, posted_ns: self.posted_ns }
+    }
+}
+
 /// The ledger (see the module documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Posted {
@@ -123,13 +129,10 @@ impl Posted {
 
     /// The [`Meta`] of a WQE of `kind` being retired (its record taken).
     fn meta(&mut self, kind: Kind) -> Meta {
-        match (kind, kind == Kind::App) {
-            (Kind::Release, _) => Meta::Release,
-            (_, true) => match self.apps.pop_front() {
-                Some(r) => Meta::App { wr_id: r.wr_id, len: r.len, posted_ns: r.posted_ns },
-                None => Meta::Hidden,
-            },
-            _ => Meta::Hidden,
+        match kind {
+            Kind::Hidden => Meta::Hidden,
+            Kind::Release => Meta::Release,
+            Kind::App => self.apps.pop_front().map_or(Meta::Hidden, AppRecord::meta),
         }
     }
 
@@ -154,8 +157,7 @@ impl Posted {
         }
         self.front += self.wqes;
         self.wqes = 0;
-        let apps = self.apps.drain(..).map(|r| Meta::App { wr_id: r.wr_id, len: r.len, posted_ns: r.posted_ns });
-        (released, apps)
+        (released, self.apps.drain(..).map(AppRecord::meta))
     }
 }
 

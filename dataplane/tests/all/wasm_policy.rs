@@ -779,16 +779,17 @@ fn the_loop_block_is_validated_and_written_before_each_tick() {
     host.on_loop(&info);
     host.on_tick(0, &stats(1, 0), &mut [TenantPlan::PASSTHROUGH]);
     assert!(host.exit_info().is_none(), "{:?}", host.exit_info());
-    // Refused at load: outside memory, and the wrong type.
-    let outside = Wat { version: V1_7, extra: export(524_280), ..Wat::default() };
-    let e = outside.load(WasmLimits::default()).err().expect("refused");
-    assert!(matches!(e, LoadError::BadBuffer { what: "loop", .. }), "{e}");
-    let typed = Wat {
-        version: V1_7,
-        extra: "(func (export \"perf_loop_ptr\") (param i32) (result i32) (i32.const 8))".into(),
-        ..Wat::default()
-    };
-    let e = typed.load(WasmLimits::default()).err().expect("refused");
+    refused_at_load(V1_7, "perf_loop_ptr", export(524_280), "loop");
+}
+
+/// A module of `version` whose optional pointer export `name` is refused at
+/// load: placed by `outside` past its memory (a `BadBuffer` naming `what`),
+/// and of the wrong type (taking a parameter).
+fn refused_at_load(version: u32, name: &str, outside: String, what: &str) {
+    let e = Wat { version, extra: outside, ..Wat::default() }.load(WasmLimits::default()).err().expect("refused");
+    assert!(matches!(e, LoadError::BadBuffer { what: w, .. } if w == what), "{e}");
+    let typed = format!("(func (export \"{name}\") (param i32) (result i32) (i32.const 8))");
+    let e = Wat { version, extra: typed, ..Wat::default() }.load(WasmLimits::default()).err().expect("refused");
     assert!(matches!(e, LoadError::WrongType { .. }), "{e}");
 }
 
@@ -831,17 +832,7 @@ fn the_changed_list_is_validated_and_written_before_each_tick() {
     let mut plans = [TenantPlan::PASSTHROUGH; 3];
     host.on_tick(0, &stats(3, 0), &mut plans);
     assert_eq!(plans[0].split_threshold, 7, "the pre-filled count, untouched");
-    // Refused at load: outside memory, and the wrong type.
-    let outside = Wat { version: V1_9, extra: export(520_000), ..Wat::default() };
-    let e = outside.load(WasmLimits::default()).err().expect("refused");
-    assert!(matches!(e, LoadError::BadBuffer { what: "changed", .. }), "{e}");
-    let typed = Wat {
-        version: V1_9,
-        extra: "(func (export \"perf_changed_ptr\") (param i32) (result i32) (i32.const 8))".into(),
-        ..Wat::default()
-    };
-    let e = typed.load(WasmLimits::default()).err().expect("refused");
-    assert!(matches!(e, LoadError::WrongType { .. }), "{e}");
+    refused_at_load(V1_9, "perf_changed_ptr", export(520_000), "changed");
 }
 
 /// `perf` as it was before ABI 1.9: every tick is the whole tick (the
