@@ -28,6 +28,15 @@
 //! inline message alone was 5.6 KB short for the chunks beside it, and a
 //! stream of 4 KiB chunks on one QP held to it made 81 Gb/s beside 9 B
 //! WRITEs on 7 QPs (93 Gb/s on the floor timed on its own chunks).
+//!
+//! Whether the floor idled the link is judged on the wire's whole load
+//! where the NIC's port counters are read ([`PortTraffic`]): a wire busy
+//! with traffic fair admission did not admit (a ping-pong's replies from
+//! the peer on the responder's wire, the sparse tenants' messages that
+//! post without room) is not idle, and growing the floor there only lets
+//! more queue ahead of that traffic.
+
+use crate::rnic::PortTraffic;
 
 /// The share of the link the floor keeps busy: the contract's bar for
 /// work conservation (`docs/isolation.md`: a policy keeps at least 0.95 of
@@ -91,6 +100,8 @@ pub(super) struct Pipeline {
     /// first): one short tick is jitter, a short average is the floor's.
     busy: [Option<f64>; 2],
     last_tick_ns: u64,
+    /// The port's counters at the last tick, where the NIC reports them.
+    last_traffic: Option<PortTraffic>,
 }
 
 /// A WQE being timed.
@@ -173,25 +184,33 @@ impl Pipeline {
         self.held[read as usize] = true;
     }
 
-    /// A policy tick at `now_ns` on a link moving `link_bytes_per_ns`: the
-    /// largest WQE of the tick ending becomes the one before, and the floor
-    /// of a direction whose budget held data back while its completions
-    /// gave back less than [`BUSY_SHARE`] of what the link moves, in the
-    /// tick and on average over the ticks that held data back (a tick
-    /// that held none resets the average), grows by [`FLOOR_GROWTH`] (the
-    /// measured product fell short of what keeps the link busy: a sample
-    /// timed on other WQEs, completions that come back in bursts), and
-    /// otherwise shrinks back by [`FLOOR_DECAY`].
+    /// A policy tick at `now_ns` on a link moving `link_bytes_per_ns`, the
+    /// port's counters then being `traffic` (where the NIC reports them):
+    /// the largest WQE of the tick ending becomes the one before, and the
+    /// floor of a direction whose budget held data back while its link was
+    /// less than [`BUSY_SHARE`] busy, in the tick and on average over the
+    /// ticks that held data back (a tick that held none resets the
+    /// average), grows by [`FLOOR_GROWTH`] (the measured product fell short
+    /// of what keeps the link busy: a sample timed on other WQEs,
+    /// completions that come back in bursts), and otherwise shrinks back by
+    /// [`FLOOR_DECAY`]. A link's load is the more of what its direction's
+    /// completions gave back and what its wire moved (the port's sent bytes
+    /// for WRITEs and SENDs, its received bytes for READ responses).
     /// Work conservation is then what the floor is held to, not a model of
     /// it.
-    pub(super) fn tick(&mut self, now_ns: u64, link_bytes_per_ns: f64) {
+    pub(super) fn tick(&mut self, now_ns: u64, link_bytes_per_ns: f64, traffic: Option<PortTraffic>) {
         for l in &mut self.largest {
             *l = [0, l[0]];
         }
         let capacity = link_bytes_per_ns * now_ns.saturating_sub(self.last_tick_ns) as f64;
         self.last_tick_ns = now_ns;
-        for dir in 0..2 {
-            let moved = std::mem::take(&mut self.moved[dir]) as f64;
+        let on_wire = match (traffic, self.last_traffic) {
+            (Some(t), Some(l)) => [t.xmit_bytes.saturating_sub(l.xmit_bytes), t.rcv_bytes.saturating_sub(l.rcv_bytes)],
+            _ => [0; 2],
+        };
+        self.last_traffic = traffic;
+        for (dir, on_wire) in on_wire.into_iter().enumerate() {
+            let moved = std::mem::take(&mut self.moved[dir]).max(on_wire) as f64;
             let held = std::mem::take(&mut self.held[dir]);
             let g = self.growth[dir].max(1.0);
             let share = if capacity > 0.0 { moved / capacity } else { 1.0 };
@@ -281,9 +300,9 @@ mod tests {
         assert_eq!(p.delay_ns()[0], Some(1500));
         // The most given back at once is remembered for a tick and the
         // one after.
-        p.tick(0, 12.5);
+        p.tick(0, 12.5, None);
         assert_eq!(p.floor_bytes(false, 12.5), floor(18_750 + 8192));
-        p.tick(0, 12.5);
+        p.tick(0, 12.5, None);
         assert_eq!(p.floor_bytes(false, 12.5), floor(18_750));
         // The READ direction is measured on its own.
         assert_eq!(p.floor_bytes(true, 12.5), 0);
@@ -347,7 +366,7 @@ mod tests {
                 p.held(false);
             }
             t += 10_000;
-            p.tick(t, 12.5);
+            p.tick(t, 12.5, None);
             p.growth[0]
         };
         assert_eq!(tick(&mut p, 60_000, false), 1.0, "short, but nothing held back: the tenants' own doing");
@@ -370,5 +389,35 @@ mod tests {
         // The busy tick's completions gave back 12.5 KB each, the most.
         let floor = (grown * FLOOR_UTILIZATION * (12.5 * 2000.0 + 12_500.0)) as u64;
         assert_eq!(p.floor_bytes(false, 12.5), floor);
+    }
+
+    #[test]
+    fn a_wire_busy_with_traffic_not_admitted_does_not_grow_the_floor() {
+        let mut p = Pipeline::default();
+        let mut t = 0;
+        let mut sent = PortTraffic::default();
+        // A 10 us tick (125 KB of link) in which READ completions gave back
+        // 40 KB with READs held back, and the responder's wire carried
+        // `rcv` bytes in all (the READ responses and a peer's replies).
+        p.tick(t, 12.5, Some(sent));
+        let mut tick = |p: &mut Pipeline, rcv: u64| {
+            p.completed(7, t / 10_000, t + 5000, 12.5, [0, 40_000]);
+            p.held(true);
+            sent.rcv_bytes += rcv;
+            t += 10_000;
+            p.tick(t, 12.5, Some(sent));
+            p.growth[1]
+        };
+        assert_eq!(tick(&mut p, 124_000), 1.0, "the wire was busy: the budget idled nothing");
+        assert_eq!(tick(&mut p, 124_000), 1.0);
+        assert_eq!(tick(&mut p, 40_000), FLOOR_GROWTH, "the wire was as short as the completions say");
+        // Without counters the same busy wire looks short (the rule before).
+        let mut blind = Pipeline::default();
+        for k in 0..3 {
+            blind.completed(7, k, k * 10_000 + 5000, 12.5, [0, 40_000]);
+            blind.held(true);
+            blind.tick((k + 1) * 10_000, 12.5, None);
+        }
+        assert!(blind.growth[1] > 1.0);
     }
 }

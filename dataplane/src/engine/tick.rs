@@ -45,7 +45,8 @@ impl<R: Rnic> Dataplane<R> {
 
     pub(super) fn tick(&mut self, now: u64) {
         self.counters.ticks += 1;
-        self.pipeline.tick(now, self.link_bytes_per_ns);
+        let traffic = self.nic.port_traffic();
+        self.pipeline.tick(now, self.link_bytes_per_ns, traffic);
         self.rescue_stalls();
         self.next_tick_ns = now + self.policy.tick_interval_ns();
         let mut stats = std::mem::take(&mut self.scratch.stats);

@@ -22,7 +22,7 @@
 ///         self.posts += wrs.len();
 ///         self.inner.post_send(qp, wrs)
 ///     }
-///     perf_dataplane::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, clock_ns,
+///     perf_dataplane::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, port_traffic, clock_ns,
 ///         alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq, destroy_cq, create_qp,
 ///         modify_qp, qp_state, destroy_qp, post_recv, poll_cq);
 /// }
@@ -40,6 +40,9 @@ macro_rules! forward_rnic {
         $crate::forward_rnic!(@ref cross_channel() -> $crate::rnic::CrossChannel; $($to)+);
     };
     (@sig port_info $($to:tt)+) => { $crate::forward_rnic!(@ref port_info() -> $crate::rnic::PortInfo; $($to)+); };
+    (@sig port_traffic $($to:tt)+) => {
+        $crate::forward_rnic!(@ref port_traffic() -> ::core::option::Option<$crate::rnic::PortTraffic>; $($to)+);
+    };
     (@sig clock_ns $($to:tt)+) => { $crate::forward_rnic!(@ref clock_ns() -> u64; $($to)+); };
     (@sig alloc_pd $($to:tt)+) => {
         $crate::forward_rnic!(@mut alloc_pd()

@@ -52,6 +52,13 @@ pub trait Rnic: Send {
     /// The port's link attributes and GID (like `ibv_query_port` + `ibv_query_gid`).
     fn port_info(&self) -> PortInfo;
 
+    /// The port's traffic counters ([`PortTraffic`]), or `None` where the
+    /// backend does not read them (by default). The dataplane uses them to
+    /// tell a wire busy with traffic it did not admit from an idle one.
+    fn port_traffic(&self) -> Option<PortTraffic> {
+        None
+    }
+
     /// The device clock in nanoseconds: virtual time on the simulator in
     /// virtual-clock mode, a monotonic wall clock otherwise.
     fn clock_ns(&self) -> u64;

@@ -479,6 +479,18 @@ pub struct DeviceInfo {
     pub caps: DeviceCaps,
 }
 
+/// What a port has moved on its wire since it came up, in bytes of
+/// frames (headers included), as a port's traffic counters count it
+/// (`port_xmit_data` and `port_rcv_data`, in units of 4 bytes, on
+/// InfiniBand and RoCE ports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PortTraffic {
+    /// Bytes the port sent.
+    pub xmit_bytes: u64,
+    /// Bytes the port received.
+    pub rcv_bytes: u64,
+}
+
 /// Link attributes of the device's port.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PortInfo {

@@ -341,6 +341,19 @@ fn reads_are_charged_their_requests_on_the_requesters_side() {
     assert_eq!(passed(&m, "fairshare"), (1, 1, 0), "{out}");
 }
 
+/// Random mix #98 of seed 4: a 4 KB WRITE ping-pong of weight 3 beside
+/// 16 KB READs on 12 QPs, 8 deep. The ping-pong's replies cross the
+/// responder's wire beside the READ responses without fair admission
+/// seeing them: judged on the READ completions alone, that wire looked
+/// idle, the READ budget's floor grew, and the replies waited behind more
+/// responses (x1.62 of the ping-pong's p99 alone). Judged on the port's
+/// counters, the busy wire grows nothing.
+#[test]
+fn a_wire_busy_with_traffic_not_admitted_keeps_the_floor_down() {
+    let (m, out) = random_mix(4, 98, "fairshare", "wire-load");
+    assert_eq!(passed(&m, "fairshare"), (1, 1, 0), "{out}");
+}
+
 /// Random mix #11 of seed 3: 16 B WRITEs 11 deep on 4 QPs beside a 130 KB
 /// stream of weight 2 on 6 QPs. The small tenant moves less than its share
 /// of the link, so it is entitled to its rate alone, which its round trip

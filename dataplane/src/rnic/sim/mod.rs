@@ -281,6 +281,12 @@ impl Rnic for SimRnic {
         }
     }
 
+    fn port_traffic(&self) -> Option<PortTraffic> {
+        let w = self.shared.world.lock();
+        let c = w.hosts.get(self.host)?.port.counters;
+        Some(PortTraffic { xmit_bytes: c.xmit_bytes, rcv_bytes: c.rcv_bytes })
+    }
+
     fn clock_ns(&self) -> u64 {
         self.shared.now_ps() / PS_PER_NS
     }

@@ -74,6 +74,11 @@ pub struct PortCounters {
     pub payload_bytes: u64,
     /// Frames transmitted.
     pub frames: u64,
+    /// Bytes of the frames transmitted: payload, headers, preamble and
+    /// gap (so that over the link's rate they are `busy_ps`).
+    pub xmit_bytes: u64,
+    /// Bytes of the frames other hosts transmitted to this one.
+    pub rcv_bytes: u64,
 }
 
 /// One host's egress port.
@@ -306,6 +311,11 @@ impl World {
         port.counters.busy_ps += run.end - run.start;
         port.counters.payload_bytes += frame - overhead;
         port.counters.frames += run.pkts as u64;
+        port.counters.xmit_bytes += frame;
+        if let Some(dst) = self.hosts.get_mut(seg.dst_host) {
+            dst.port.counters.rcv_bytes += frame;
+        }
+        let port = &mut self.hosts[h].port;
         if run.charged {
             port.deficit[run.queue] -= frame as i64;
         }
