@@ -100,8 +100,11 @@ pub(super) struct Pipeline {
     /// first): one short tick is jitter, a short average is the floor's.
     busy: [Option<f64>; 2],
     last_tick_ns: u64,
-    /// The port's counters at the last tick, where the NIC reports them.
+    /// The port's counters as last read, where the NIC reports them, and
+    /// the rate of each direction's wire since the reading before, bytes
+    /// per ns (`[sent, received]`).
     last_traffic: Option<PortTraffic>,
+    wire_rate: [f64; 2],
 }
 
 /// A WQE being timed.
@@ -202,15 +205,12 @@ impl Pipeline {
         for l in &mut self.largest {
             *l = [0, l[0]];
         }
-        let capacity = link_bytes_per_ns * now_ns.saturating_sub(self.last_tick_ns) as f64;
+        let span_ns = now_ns.saturating_sub(self.last_tick_ns);
+        let capacity = link_bytes_per_ns * span_ns as f64;
         self.last_tick_ns = now_ns;
-        let on_wire = match (traffic, self.last_traffic) {
-            (Some(t), Some(l)) => [t.xmit_bytes.saturating_sub(l.xmit_bytes), t.rcv_bytes.saturating_sub(l.rcv_bytes)],
-            _ => [0; 2],
-        };
-        self.last_traffic = traffic;
+        let on_wire = self.on_wire(traffic, span_ns);
         for (dir, on_wire) in on_wire.into_iter().enumerate() {
-            let moved = std::mem::take(&mut self.moved[dir]).max(on_wire) as f64;
+            let moved = (std::mem::take(&mut self.moved[dir]) as f64).max(on_wire);
             let held = std::mem::take(&mut self.held[dir]);
             let g = self.growth[dir].max(1.0);
             let share = if capacity > 0.0 { moved / capacity } else { 1.0 };
@@ -222,6 +222,29 @@ impl Pipeline {
                 (g * FLOOR_DECAY).max(1.0)
             };
         }
+    }
+
+    /// The bytes each direction's wire moved in a tick of `span_ns` that
+    /// ends with the counters at `traffic`: what they moved since the
+    /// reading before, where it is the last tick's; the rate between the
+    /// last two distinct readings times the tick otherwise (a backend that
+    /// samples its counters less often than the policy ticks); none before
+    /// two readings.
+    fn on_wire(&mut self, traffic: Option<PortTraffic>, span_ns: u64) -> [f64; 2] {
+        let Some(t) = traffic else { return [0.0; 2] };
+        if let Some(l) = self.last_traffic.filter(|l| t.at_ns > l.at_ns) {
+            let moved = [t.xmit_bytes.saturating_sub(l.xmit_bytes), t.rcv_bytes.saturating_sub(l.rcv_bytes)];
+            let between = t.at_ns - l.at_ns;
+            self.wire_rate = moved.map(|m| m as f64 / between as f64);
+            self.last_traffic = Some(t);
+            if between == span_ns {
+                return moved.map(|m| m as f64);
+            }
+        } else if self.last_traffic.is_none() {
+            self.last_traffic = Some(t);
+            return [0.0; 2];
+        }
+        self.wire_rate.map(|r| r * span_ns as f64)
     }
 
     /// The least bytes in flight that keep the link [`FLOOR_UTILIZATION`]
@@ -405,6 +428,7 @@ mod tests {
             p.held(true);
             sent.rcv_bytes += rcv;
             t += 10_000;
+            sent.at_ns = t;
             p.tick(t, 12.5, Some(sent));
             p.growth[1]
         };
@@ -419,5 +443,22 @@ mod tests {
             blind.tick((k + 1) * 10_000, 12.5, None);
         }
         assert!(blind.growth[1] > 1.0);
+    }
+
+    #[test]
+    fn counters_read_less_often_than_the_ticks_give_the_wire_its_last_rate() {
+        let mut p = Pipeline::default();
+        // Counters read every 30 us (a sampler beside the loop), ticks every
+        // 10 us: each tick counts the rate of the last two readings.
+        let reading = |us: u64, rcv: u64| Some(PortTraffic { xmit_bytes: 0, rcv_bytes: rcv, at_ns: us * 1000 });
+        p.tick(0, 12.5, reading(0, 0));
+        assert_eq!(p.on_wire(reading(0, 0), 10_000), [0.0, 0.0], "one reading: no rate yet");
+        // 30 us at 12 B/ns on the responder's wire.
+        assert_eq!(p.on_wire(reading(30, 360_000), 10_000), [0.0, 120_000.0]);
+        assert_eq!(p.on_wire(reading(30, 360_000), 10_000), [0.0, 120_000.0], "the same reading: the same rate");
+        // Read at each tick: what the counters moved, exactly.
+        let mut q = Pipeline::default();
+        q.on_wire(reading(0, 0), 0);
+        assert_eq!(q.on_wire(reading(10, 77_777), 10_000), [0.0, 77_777.0]);
     }
 }

@@ -362,10 +362,13 @@ fn thread_cpu() -> Option<Duration> {
 /// by wasmtime when a call reaches its epoch deadline. The first time in a
 /// call it notes the time and the fuel left, and looks again at the next
 /// tick. A call still running at a look at least half a tick after the
-/// first has been seen running across that time; it is stopped unless it
-/// spent fuel at the rate of computing code per ns of the thread's CPU
-/// time meanwhile ([`BACKSTOP_FUEL_PER_NS`]; a call the OS descheduled is
-/// not judged by time it did not run): such a call is bounded by its fuel already,
+/// first, having run at least half a tick of the thread's CPU time since
+/// (a call the OS descheduled is not judged by time it did not run, nor
+/// on the few microseconds it ran since: back from a deschedule, with its
+/// caches cold, a tick over 4096 tenants spent 1.8 fuel per ns in its
+/// first 39 us), has been seen running across that time; it is stopped
+/// unless it spent fuel at the rate of computing code per ns of that CPU
+/// time ([`BACKSTOP_FUEL_PER_NS`]): such a call is bounded by its fuel already,
 /// and stopping it would take a long legitimate hook (an `on_tick` over
 /// thousands of tenants on a loaded machine) for a loop. (A legitimate
 /// call of a few microseconds that was descheduled past its deadline
@@ -378,7 +381,7 @@ fn backstop(mut cx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Resul
             st.backstop_mark = Some(BackstopMark::now(fuel));
             Ok(wasmtime::UpdateDeadline::Continue(1))
         }
-        Some(mark) if mark.wall.elapsed() >= EPOCH_TICK / 2 => {
+        Some(mark) if mark.wall.elapsed() >= EPOCH_TICK / 2 && mark.ran() >= EPOCH_TICK / 2 => {
             let spent = mark.fuel.zip(fuel).map_or(0, |(then, now)| then.saturating_sub(now));
             let computing = spent as u128 >= mark.ran().as_nanos() * BACKSTOP_FUEL_PER_NS as u128;
             if computing {

@@ -482,13 +482,16 @@ pub struct DeviceInfo {
 /// What a port has moved on its wire since it came up, in bytes of
 /// frames (headers included), as a port's traffic counters count it
 /// (`port_xmit_data` and `port_rcv_data`, in units of 4 bytes, on
-/// InfiniBand and RoCE ports).
+/// InfiniBand and RoCE ports), and when they were read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PortTraffic {
     /// Bytes the port sent.
     pub xmit_bytes: u64,
     /// Bytes the port received.
     pub rcv_bytes: u64,
+    /// The device clock (`Rnic::clock_ns`) when the counters were read: a
+    /// backend may hand out a sample read a little earlier than asked.
+    pub at_ns: u64,
 }
 
 /// Link attributes of the device's port.

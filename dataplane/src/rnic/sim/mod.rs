@@ -284,7 +284,7 @@ impl Rnic for SimRnic {
     fn port_traffic(&self) -> Option<PortTraffic> {
         let w = self.shared.world.lock();
         let c = w.hosts.get(self.host)?.port.counters;
-        Some(PortTraffic { xmit_bytes: c.xmit_bytes, rcv_bytes: c.rcv_bytes })
+        Some(PortTraffic { xmit_bytes: c.xmit_bytes, rcv_bytes: c.rcv_bytes, at_ns: w.now / PS_PER_NS })
     }
 
     fn clock_ns(&self) -> u64 {

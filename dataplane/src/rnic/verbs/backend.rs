@@ -44,12 +44,14 @@
 //! [`QpEndpoint`] carries no LID); iWARP devices (siw) need rdma_cm and are
 //! refused at RTR.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::host_gate::{GateAction, GateCounters, GateQpConfig, GateWr, HostGate, HwWork, HwWrId, MAX_QPS};
 use super::ibv_abi::{self, link_layer, transport, GidEntry, GidKind, IbvSendWr};
 use super::oob::ConnInfo;
+use super::port_counters::{self, PortSampler};
 use super::probe::{VerbsDeviceReport, VerbsPortReport};
 use super::sys;
 use super::sysfs;
@@ -149,6 +151,9 @@ pub struct VerbsRnic {
     last_device_error: Option<String>,
     device_events: Vec<String>,
     next_async_ns: u64,
+    /// The port's traffic counters, sampled beside the loop (`None` where
+    /// sysfs has none for the port).
+    port_counters: Option<PortSampler>,
 }
 
 fn sysfs_summary() -> String {
@@ -369,6 +374,8 @@ impl VerbsRnic {
         let max_inline = probe_max_inline(&ctx);
         // Without a non-blocking fd, events are not read (and never block).
         let events_readable = ctx.async_nonblocking().is_ok();
+        let start = Instant::now();
+        let counters = port_counters::counters_dir(Path::new(sysfs::SYSFS_ROOT), name, opts.port);
         Ok(VerbsRnic {
             qps: Vec::new(),
             mrs: Vec::new(),
@@ -384,13 +391,14 @@ impl VerbsRnic {
             gid,
             gid_index,
             max_inline,
-            start: Instant::now(),
+            start,
             wc_buf: sys::WcBuf::new(POLL_BATCH),
             raw: Vec::with_capacity(POLL_BATCH),
             watch: Vec::new(),
             last_device_error: None,
             device_events: Vec::new(),
             next_async_ns: if events_readable { 0 } else { u64::MAX },
+            port_counters: PortSampler::start(counters, start),
         })
     }
 
@@ -673,6 +681,10 @@ impl Rnic for VerbsRnic {
             mtu: ibv_abi::mtu_bytes(a.active_mtu).unwrap_or(0),
             gid: self.gid,
         }
+    }
+
+    fn port_traffic(&self) -> Option<PortTraffic> {
+        self.port_counters.as_ref()?.latest()
     }
 
     fn clock_ns(&self) -> u64 {

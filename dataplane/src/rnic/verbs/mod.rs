@@ -10,12 +10,15 @@
 //!   terms, and GIDs;
 //! - [`probe`] and [`sysfs`]: what a machine's RDMA devices are and can do;
 //! - [`open`]: opening a device by name in any build;
-//! - [`oob`]: the out-of-band exchange of QP endpoints between two hosts.
+//! - [`oob`]: the out-of-band exchange of QP endpoints between two hosts;
+//! - [`port_counters`]: the port's traffic counters, sampled beside the
+//!   loop.
 
 pub mod host_gate;
 pub mod ibv_abi;
 pub mod oob;
 pub mod open;
+pub mod port_counters;
 pub mod probe;
 pub mod sysfs;
 
