@@ -381,17 +381,21 @@ fn backstop(mut cx: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Resul
             st.backstop_mark = Some(BackstopMark::now(fuel));
             Ok(wasmtime::UpdateDeadline::Continue(1))
         }
-        Some(mark) if mark.wall.elapsed() >= EPOCH_TICK / 2 && mark.ran() >= EPOCH_TICK / 2 => {
+        Some(mark) => {
+            // Read the thread's CPU clock once: the judgment and its rate
+            // rest on the same reading.
+            let ran = mark.ran();
+            if mark.wall.elapsed() < EPOCH_TICK / 2 || ran < EPOCH_TICK / 2 {
+                return Ok(wasmtime::UpdateDeadline::Continue(1));
+            }
             let spent = mark.fuel.zip(fuel).map_or(0, |(then, now)| then.saturating_sub(now));
-            let computing = spent as u128 >= mark.ran().as_nanos() * BACKSTOP_FUEL_PER_NS as u128;
-            if computing {
+            if spent as u128 >= ran.as_nanos() * BACKSTOP_FUEL_PER_NS as u128 {
                 st.backstop_mark = Some(BackstopMark::now(fuel));
                 Ok(wasmtime::UpdateDeadline::Continue(1))
             } else {
                 Ok(wasmtime::UpdateDeadline::Interrupt)
             }
         }
-        Some(_) => Ok(wasmtime::UpdateDeadline::Continue(1)),
     }
 }
 
