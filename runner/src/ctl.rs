@@ -62,23 +62,62 @@ pub enum Request {
     },
 }
 
-/// Checks that a control socket may be created at `path`: nothing is
-/// there, or a stale socket (no run listens on it), which it returns
-/// `true` for. A regular file, directory or other file is never replaced,
-/// nor a socket a live run listens on.
-pub fn check_socket_path(path: &Path) -> anyhow::Result<bool> {
+/// Which listening socket a path is for, to name it in errors: the
+/// control socket (`--ctl`) or the daemon's clients' socket (`--socket`).
+#[derive(Debug, Clone, Copy)]
+pub enum SocketRole {
+    /// `perf-runner ctl`'s socket.
+    Control,
+    /// `perf-runner serve`'s tenants' socket.
+    Tenants,
+}
+
+impl SocketRole {
+    fn what(self) -> &'static str {
+        match self {
+            SocketRole::Control => "control socket",
+            SocketRole::Tenants => "socket",
+        }
+    }
+    fn flag(self) -> &'static str {
+        match self {
+            SocketRole::Control => "--ctl",
+            SocketRole::Tenants => "--socket",
+        }
+    }
+}
+
+/// Checks that a listening socket may be created at `path`: nothing is
+/// there, or a stale socket (nothing listens on it), which it returns
+/// `true` for. A regular file, directory, link or other file is never
+/// replaced, nor a socket a live run listens on.
+pub fn check_socket_path(path: &Path, role: SocketRole) -> anyhow::Result<bool> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(false) };
+    let what = role.what();
     if !meta.file_type().is_socket() {
         anyhow::bail!(
-            "control socket {}: a file that is not a socket is there; it is never replaced (choose another --ctl path)",
-            path.display()
+            "{what} {}: a file that is not a socket is there; it is never replaced (choose another {} path)",
+            path.display(),
+            role.flag()
         );
     }
     if UnixStream::connect(path).is_ok() {
-        anyhow::bail!("control socket {}: another run is listening on it", path.display());
+        anyhow::bail!("{what} {}: another run is listening on it", path.display());
     }
     Ok(true)
+}
+
+/// Binds a listening socket at `path` ([`check_socket_path`] first: only
+/// a stale socket is replaced), non-blocking.
+pub fn bind_socket(path: &Path, role: SocketRole) -> anyhow::Result<UnixListener> {
+    let what = role.what();
+    if check_socket_path(path, role)? {
+        std::fs::remove_file(path).with_context(|| format!("{what} {}: removing the stale socket", path.display()))?;
+    }
+    let listener = UnixListener::bind(path).with_context(|| format!("{what} {}: cannot listen", path.display()))?;
+    listener.set_nonblocking(true).with_context(|| format!("{what} {}: non-blocking accept", path.display()))?;
+    Ok(listener)
 }
 
 /// The listening side, on its own thread for the length of a run.
@@ -94,13 +133,7 @@ impl CtlServer {
     /// gone is replaced; one a live run listens on, or anything that is not
     /// a socket, is an error ([`check_socket_path`]).
     pub fn start(path: &Path, op: OperatorHandle, started: Instant) -> anyhow::Result<Self> {
-        if check_socket_path(path)? {
-            std::fs::remove_file(path)
-                .with_context(|| format!("control socket {}: removing the stale socket", path.display()))?;
-        }
-        let listener =
-            UnixListener::bind(path).with_context(|| format!("control socket {}: cannot listen", path.display()))?;
-        listener.set_nonblocking(true).context("control socket: non-blocking accept")?;
+        let listener = bind_socket(path, SocketRole::Control)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()

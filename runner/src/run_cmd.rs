@@ -486,7 +486,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             live: !a.out.quiet,
         };
         if let Some(p) = &rt.ctl {
-            crate::ctl::check_socket_path(p)?;
+            crate::ctl::check_socket_path(p, crate::ctl::SocketRole::Control)?;
             if !a.out.quiet {
                 eprintln!("control socket: {} (perf-runner ctl --socket {} stats)", p.display(), p.display());
             }

@@ -29,7 +29,7 @@ mod metrics;
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -208,6 +208,8 @@ struct Bridge {
     rings: DaemonEnd,
     mrs: Vec<Mr>,
     qp_eps: Vec<QpEndpoint>,
+    /// The remote QP (tenant name, QP index) each QP was connected to.
+    qp_peers: Vec<Option<(String, u32)>>,
     /// Completions made here (refused entries), waiting for ring room.
     local: VecDeque<CompletionEntry>,
     taken: u64,
@@ -476,6 +478,7 @@ impl Hub {
                 let r = r.and_then(|(qp, ep)| {
                     let b = self.bridge(conn)?;
                     b.qp_eps.push(ep);
+                    b.qp_peers.push(None);
                     Ok(Reply::QpCreated { qp })
                 });
                 let _ = reply.send(r);
@@ -534,6 +537,7 @@ impl Hub {
             rings,
             mrs: Vec::new(),
             qp_eps: Vec::new(),
+            qp_peers: Vec::new(),
             local: VecDeque::new(),
             taken: 0,
             completed: 0,
@@ -580,21 +584,33 @@ impl Hub {
         peer: &str,
         peer_qp: u32,
     ) -> Result<(), String> {
-        let remote = self
+        let me = self.bridge(conn)?.name.clone();
+        let other = self
             .bridges
             .iter()
             .find(|b| b.name == peer && b.phase == Phase::Live)
-            .ok_or_else(|| format!("no tenant {peer:?} is connected"))?
-            .qp_eps
-            .get(peer_qp as usize)
-            .copied()
-            .ok_or_else(|| format!("tenant {peer:?} has no QP {peer_qp}"))?;
+            .ok_or_else(|| format!("no tenant {peer:?} is connected"))?;
+        let remote =
+            other.qp_eps.get(peer_qp as usize).copied().ok_or_else(|| format!("tenant {peer:?} has no QP {peer_qp}"))?;
+        // RC setup takes both owners: the peer QP's owner names its remote
+        // QP too. One it connected elsewhere is refused here; one it has
+        // not connected yet is the owner's to decide (its NIC drops what
+        // comes from any QP but the one it connects to).
+        if let Some(Some((name, q))) = other.qp_peers.get(peer_qp as usize) {
+            if *name != me || *q != qp {
+                return Err(format!(
+                    "tenant {peer:?} connected its QP {peer_qp} to another QP: a QP connects only to the QP its owner connected it to"
+                ));
+            }
+        }
         let b = self.bridge(conn)?;
         if qp as usize >= b.qp_eps.len() {
             return Err(format!("no QP {qp} (this client has {})", b.qp_eps.len()));
         }
         let t = b.handle.id;
-        dp.connect_qp(t, qp, remote).map_err(|e| format!("connecting QP {qp} to {peer:?} QP {peer_qp}: {e}"))
+        dp.connect_qp(t, qp, remote).map_err(|e| format!("connecting QP {qp} to {peer:?} QP {peer_qp}: {e}"))?;
+        b.qp_peers[qp as usize] = Some((peer.to_string(), peer_qp));
+        Ok(())
     }
 
     /// The loop's hook (see the module comment).
@@ -762,20 +778,6 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
     result
 }
 
-/// Binds the clients' socket: a stale file is replaced, a live daemon's is
-/// an error.
-fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            anyhow::bail!("socket {}: another daemon is listening on it", path.display());
-        }
-        std::fs::remove_file(path).with_context(|| format!("socket {}: removing the stale file", path.display()))?;
-    }
-    let l = UnixListener::bind(path).with_context(|| format!("socket {}: cannot listen", path.display()))?;
-    l.set_nonblocking(true).context("socket: non-blocking accept")?;
-    Ok(l)
-}
-
 /// `perf-runner serve`.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let tenants = a.tenants.as_deref().map(load_tenants).transpose()?;
@@ -784,7 +786,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
     let policy =
         PolicyHost::load(&a.policy).map_err(|e| crate::run_cmd::PolicyRefused::new("--policy", &a.policy, e))?;
-    let listener = bind(&a.socket)?;
+    let listener = crate::ctl::bind_socket(&a.socket, crate::ctl::SocketRole::Tenants)?;
     let fabric = SimFabric::new(profile, 2, 1, ClockMode::Wall);
     let mut dp = Dataplane::new(fabric.nic(0), policy, DataplaneConfig::default()).context("starting the dataplane")?;
     let op = dp.operator_handle();

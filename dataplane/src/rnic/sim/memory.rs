@@ -3,12 +3,22 @@
 //! them.
 //!
 //! Every byte an RDMA operation moves is really copied. To keep bulk
-//! streams fast, a copy whose source and destination pages have not been
-//! written since the same copy was last made is skipped: the destination
-//! provably already holds those bytes. Each 4 KiB page carries the stamp of
-//! its last write; a copy is elided only if every source page is older
-//! than the recorded copy and every destination page is no newer than it.
+//! streams fast, a copy between two of the model's own buffers whose pages
+//! have not been written since the same copy was last made is skipped: the
+//! destination provably already holds those bytes. Each 4 KiB page carries
+//! the stamp of its last write; a copy is elided only if every source page
+//! is older than the recorded copy and every destination page is no newer
+//! than it. The stamps see every write the model makes and every CPU write
+//! through the verbs interface; they cannot see a process writing memory it
+//! lent ([`ExternalMemory`]), so a copy touching lent memory is always made.
+//!
+//! Keys are drawn from the operating system's random source, as real NICs
+//! draw the variable part of theirs, and regions are placed at a random
+//! page-aligned distance from each other: knowing one's own keys and
+//! addresses tells nothing of another tenant's.
 
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
 use rustc_hash::FxHashMap;
 use std::ops::{Deref, DerefMut};
 
@@ -38,6 +48,15 @@ impl Deref for MrBuf {
             MrBuf::Owned(v) => v,
             MrBuf::External(m) => m.bytes(),
         }
+    }
+}
+
+impl MrBuf {
+    /// Whether every write to these bytes goes through the model (and so
+    /// through its page stamps): never for lent memory, which its owner
+    /// writes directly.
+    fn stamped(&self) -> bool {
+        matches!(self, MrBuf::Owned(_))
     }
 }
 
@@ -100,13 +119,33 @@ pub(crate) enum KeyFault {
 /// All regions of one host.
 pub(crate) struct MemStore {
     mrs: Vec<Option<MrState>>,
+    /// Live keys to their region's index.
+    keys: FxHashMap<u32, u32>,
     next_addr: u64,
-    key_gen: u32,
+    /// Draws keys and address gaps; seeded from the OS, never from the
+    /// simulation's seed (no result depends on a key's value).
+    keygen: ChaCha20Rng,
+}
+
+/// The largest random gap between two regions' addresses, in pages.
+const MAX_GAP_PAGES: u64 = 1 << 16;
+
+/// A generator seeded from the OS's random source (or, should it fail,
+/// from the process's hash seed and the time: still unknown to a tenant).
+fn os_seeded() -> ChaCha20Rng {
+    ChaCha20Rng::try_from_os_rng().unwrap_or_else(|_| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+        ChaCha20Rng::seed_from_u64(h.finish())
+    })
 }
 
 impl MemStore {
     pub fn new(host: usize) -> Self {
-        MemStore { mrs: Vec::new(), next_addr: 0x7f00_0000_0000 + ((host as u64) << 36), key_gen: 0 }
+        let mut keygen = os_seeded();
+        let base = 0x7f00_0000_0000 + ((host as u64) << 40) + ((keygen.next_u64() % (1 << 24)) << 12);
+        MemStore { mrs: Vec::new(), keys: FxHashMap::default(), next_addr: base, keygen }
     }
 
     pub fn register(&mut self, pd: u32, len: usize, access: AccessFlags) -> (u32, u64, u32) {
@@ -121,10 +160,16 @@ impl MemStore {
     fn register_buf(&mut self, pd: u32, buf: MrBuf, access: AccessFlags) -> (u32, u64, u32) {
         let len = buf.len();
         let idx = self.mrs.len() as u32;
-        self.key_gen = self.key_gen.wrapping_add(0x9e);
-        let key = (idx << 8) | (self.key_gen & 0xff);
-        let addr = self.next_addr;
-        self.next_addr += ((len as u64 + 4095) & !4095) + 4096;
+        let key = loop {
+            let k = self.keygen.next_u32();
+            if k != 0 && !self.keys.contains_key(&k) {
+                break k;
+            }
+        };
+        self.keys.insert(key, idx);
+        let gap = (1 + self.keygen.next_u64() % MAX_GAP_PAGES) << PAGE_SHIFT;
+        let addr = self.next_addr + gap;
+        self.next_addr = addr + ((len as u64 + 4095) & !4095);
         let pages = len.div_ceil(1 << PAGE_SHIFT).max(1);
         self.mrs.push(Some(MrState { pd, addr, access, key, buf, stamps: vec![0; pages] }));
         (idx, addr, key)
@@ -137,7 +182,9 @@ impl MemStore {
     pub fn remove(&mut self, idx: u32) -> Result<(), RnicError> {
         match self.mrs.get_mut(idx as usize) {
             Some(slot @ Some(_)) => {
-                *slot = None;
+                if let Some(mr) = slot.take() {
+                    self.keys.remove(&mr.key);
+                }
                 Ok(())
             }
             _ => Err(RnicError::InvalidHandle { kind: "mr", id: idx }),
@@ -147,11 +194,7 @@ impl MemStore {
     /// Resolves `key` + `[addr, addr+len)` to (region index, offset),
     /// checking PD, bounds and rights.
     pub fn resolve(&self, key: u32, addr: u64, len: u64, pd: u32, need: AccessFlags) -> Result<(u32, usize), KeyFault> {
-        let idx = key >> 8;
-        let mr = self.mrs.get(idx as usize).and_then(Option::as_ref).ok_or(KeyFault::UnknownKey)?;
-        if mr.key != key {
-            return Err(KeyFault::UnknownKey);
-        }
+        let (idx, mr) = self.by_key(key).ok_or(KeyFault::UnknownKey)?;
         if mr.pd != pd {
             return Err(KeyFault::WrongPd);
         }
@@ -181,6 +224,12 @@ impl MemStore {
         let range = cpu_range("read", off, out.len(), mr.len())?;
         out.copy_from_slice(&mr.buf[range]);
         Ok(())
+    }
+
+    /// The live region holding `key`, with its index.
+    fn by_key(&self, key: u32) -> Option<(u32, &MrState)> {
+        let idx = *self.keys.get(&key)?;
+        self.mrs.get(idx as usize).and_then(Option::as_ref).filter(|mr| mr.key == key).map(|mr| (idx, mr))
     }
 
     fn mr_mut(&mut self, idx: u32) -> Option<&mut MrState> {
@@ -223,6 +272,14 @@ impl CopyEngine {
             return;
         }
         let key = (src, dst);
+        let stamped = mems[src.host].mr_mut(src.mr).is_some_and(|m| m.buf.stamped())
+            && mems[dst.host].mr_mut(dst.mr).is_some_and(|m| m.buf.stamped());
+        if !stamped {
+            // Lent memory: its owner's writes are invisible here, so no
+            // record of an earlier copy says anything of its bytes now.
+            self.raw_copy(mems, src, dst);
+            return;
+        }
         if let Some(&t) = self.done.get(&key) {
             let fresh = mems[src.host].mr_mut(src.mr).is_some_and(|m| m.max_stamp(src.off, src.len) < t)
                 && mems[dst.host].mr_mut(dst.mr).is_some_and(|m| m.max_stamp(dst.off, dst.len) <= t);
@@ -231,28 +288,35 @@ impl CopyEngine {
                 return;
             }
         }
+        let stamp = self.raw_copy(mems, src, dst);
+        if self.done.len() > 65_536 {
+            self.done.clear();
+        }
+        self.done.insert(key, stamp);
+    }
+
+    /// Copies `src` to `dst` and stamps the destination's pages; returns
+    /// the stamp.
+    fn raw_copy(&mut self, mems: &mut [MemStore], src: Span, dst: Span) -> u64 {
         let stamp = self.next_stamp();
         if src.host == dst.host && src.mr == dst.mr {
-            let Some(m) = mems[src.host].mr_mut(src.mr) else { return };
+            let Some(m) = mems[src.host].mr_mut(src.mr) else { return stamp };
             m.buf.copy_within(src.off..src.off + src.len, dst.off);
             m.stamp(dst.off, dst.len, stamp);
         } else if src.host == dst.host {
             let store = &mut mems[src.host];
             let (s, d) = two_mut(&mut store.mrs, src.mr as usize, dst.mr as usize);
-            let (Some(s), Some(d)) = (s, d) else { return };
+            let (Some(s), Some(d)) = (s, d) else { return stamp };
             d.buf[dst.off..dst.off + dst.len].copy_from_slice(&s.buf[src.off..src.off + src.len]);
             d.stamp(dst.off, dst.len, stamp);
         } else {
             let (a, b) = two_mut(mems, src.host, dst.host);
-            let (Some(s), Some(d)) = (a.mr_mut(src.mr), b.mr_mut(dst.mr)) else { return };
+            let (Some(s), Some(d)) = (a.mr_mut(src.mr), b.mr_mut(dst.mr)) else { return stamp };
             d.buf[dst.off..dst.off + dst.len].copy_from_slice(&s.buf[src.off..src.off + src.len]);
             d.stamp(dst.off, dst.len, stamp);
         }
         self.copied_bytes += src.len as u64;
-        if self.done.len() > 65_536 {
-            self.done.clear();
-        }
-        self.done.insert(key, stamp);
+        stamp
     }
 
     /// Writes `data` (an inline payload) into `dst`.
@@ -291,9 +355,8 @@ impl MemStore {
     /// Resolves a local key without PD or rights checks (the requester's
     /// SGEs were checked when the WQE was dispatched).
     pub(crate) fn resolve_any(&self, key: u32, addr: u64, len: u64) -> Result<(u32, usize), KeyFault> {
-        let idx = key >> 8;
-        let mr = self.mrs.get(idx as usize).and_then(Option::as_ref).ok_or(KeyFault::UnknownKey)?;
-        if mr.key != key || addr < mr.addr || addr + len > mr.addr + mr.len() as u64 {
+        let (idx, mr) = self.by_key(key).ok_or(KeyFault::OutOfBounds)?;
+        if addr < mr.addr || addr.checked_add(len).is_none_or(|end| end > mr.addr + mr.len() as u64) {
             return Err(KeyFault::OutOfBounds);
         }
         Ok((idx, (addr - mr.addr) as usize))

@@ -51,13 +51,19 @@ impl World {
         };
         let delay = self.ack_delay();
         let r = peer.host;
-        let responder_ok = self.qp(r, peer.qp).is_some_and(|rq| matches!(rq.state, QpState::Rtr | QpState::Rts));
+        let me = PeerRef { host: h, qp: qi };
+        // An RC responder takes packets only from the QP it is connected
+        // to: one connected elsewhere (or not at all) drops them, as a QP
+        // whose context names another remote QP fails the packet's header
+        // checks, and the requester's transport timer runs out.
+        let responder_ok = self
+            .qp(r, peer.qp)
+            .is_some_and(|rq| matches!(rq.state, QpState::Rtr | QpState::Rts) && rq.peer == Some(me));
         if !responder_ok {
             let timeout = self.prof.transport_timeout_ps * (q.retry_cnt as u64 + 1);
             self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RetryExcErr), timeout, h);
             return;
         }
-        let me = PeerRef { host: h, qp: qi };
         let Some(rq) = self.qp_mut(r, peer.qp) else { return };
         if rq.resp_from != Some(me) {
             // A new requester: nothing of the previous one's exchange applies.
