@@ -117,6 +117,7 @@ impl<R: Rnic> Dataplane<R> {
         if seq_low.wrapping_sub(front) & WR_SEQ_MASK >= q.next_seq - front {
             return;
         }
+        q.nic_progress_ns = now;
         let had_outstanding = q.outstanding > 0;
         let mut out = std::mem::take(&mut self.scratch.out);
         out.clear();

@@ -191,6 +191,12 @@ pub(crate) struct DpQp {
     /// When the QP last completed a message or was seen without backlog
     /// (the policy watchdog's reference), ns.
     pub progress_ns: u64,
+    /// When the NIC last answered for it (a completion of any of its WQEs,
+    /// hidden ones included) or was seen holding none of its WQEs, ns: a
+    /// QP whose WQEs sit in the NIC unanswered is held by the NIC, its peer
+    /// or its own tenant (no RECV posted, a peer stopped or failed), not by
+    /// the policy.
+    pub nic_progress_ns: u64,
 }
 
 impl DpQp {
@@ -225,6 +231,7 @@ impl DpQp {
             outstanding: 0,
             dead: VecDeque::new(),
             progress_ns: 0,
+            nic_progress_ns: 0,
         }
     }
 

@@ -107,6 +107,22 @@ struct Pending {
     ready: Option<Prepared>,
 }
 
+/// How many times the watchdog takes control from one policy (installed
+/// by one swap) and puts it back; after the last, passthrough runs until
+/// the next swap.
+const MAX_RECLAIMS: u32 = 3;
+
+/// A policy the watchdog took control from, waiting to be reinstated.
+pub(super) struct Reclaim {
+    /// The tenant and QP index it starved.
+    tenant: u32,
+    qp: u32,
+    at_ns: u64,
+    /// The tenants as the policy last knew them.
+    infos: Vec<TenantInfo>,
+    policy: String,
+}
+
 /// Swap and watchdog state of a dataplane.
 #[derive(Default)]
 pub(super) struct Supervisor {
@@ -119,6 +135,11 @@ pub(super) struct Supervisor {
     ctl: Option<(Sender<SwapCommand>, Receiver<SwapCommand>)>,
     /// How many swaps are recorded, for [`SwapHandle::recorded`].
     done: Arc<AtomicU64>,
+    /// The policy the watchdog took control from, while it waits to be
+    /// reinstated.
+    reclaim: Option<Reclaim>,
+    /// Reclaims of the policy installed by the last swap.
+    reclaims: u32,
 }
 
 impl Supervisor {
@@ -311,6 +332,16 @@ impl<R: Rnic> Dataplane<R> {
         host.inherit(&self.policy);
         let old = std::mem::replace(&mut self.policy, host);
         self.retire(old);
+        self.sup.reclaim = None;
+        self.sup.reclaims = 0;
+        self.take_over(now);
+        let outcome = SwapOutcome::Accepted;
+        self.sup.record(SwapRecord { at_ns: now, from, to: label, outcome, prepare_ns: ns, cached });
+    }
+
+    /// What every new policy starts from, at a round boundary: its plans
+    /// reset to passthrough, no rate limits, a tick in this round.
+    fn take_over(&mut self, now: u64) {
         self.settle_all_rr();
         self.plans.fill(TenantPlan::PASSTHROUGH);
         self.plans_changed();
@@ -324,8 +355,6 @@ impl<R: Rnic> Dataplane<R> {
         for q in &mut self.qps {
             q.progress_ns = now;
         }
-        let outcome = SwapOutcome::Accepted;
-        self.sup.record(SwapRecord { at_ns: now, from, to: label, outcome, prepare_ns: ns, cached });
     }
 
     /// Drops a policy on the loader thread when there is one (tearing
@@ -340,11 +369,18 @@ impl<R: Rnic> Dataplane<R> {
     pub(super) fn watchdog(&mut self, now: u64) {
         let bound = self.cfg.watchdog_ns;
         self.sup.next_watchdog_ns = now + (bound / 4).max(10_000);
+        if self.sup.reclaim.is_some() {
+            self.maybe_reinstate(now, bound);
+            return;
+        }
+        let held_by_nic = self.tenants_held_by_nic(now, bound);
         let mut starved = None;
         for q in &mut self.qps {
-            // A paused tenant waits on the operator, not on the policy.
-            let paused = self.tenants.get(q.tenant as usize).is_some_and(|t| t.paused);
-            if q.failed || q.depth() == 0 || paused {
+            // A paused tenant waits on the operator, not on the policy; one
+            // whose WQEs the NIC holds waits on the NIC, its peer or itself.
+            let t = q.tenant as usize;
+            let paused = self.tenants.get(t).is_some_and(|t| t.paused);
+            if q.failed || q.depth() == 0 || paused || held_by_nic.get(t).copied().unwrap_or(false) {
                 q.progress_ns = now;
             } else if starved.is_none() && now.saturating_sub(q.progress_ns) > bound {
                 starved = Some((q.tenant, q.index, q.depth(), now - q.progress_ns));
@@ -360,7 +396,19 @@ impl<R: Rnic> Dataplane<R> {
             idle / 1000,
             bound / 1000
         );
+        let policy = self.policy.name().to_string();
+        self.sup.reclaims += 1;
+        let again = self.sup.reclaims < MAX_RECLAIMS;
+        tracing::warn!(
+            policy = %policy,
+            "watchdog: {why}; passthrough runs {}",
+            if again { "until that QP drains, then the policy is reinstated" } else { "until the next swap" }
+        );
+        let infos = self.tenant_infos();
         self.policy.reclaim(now, why);
+        if again {
+            self.sup.reclaim = Some(Reclaim { tenant: t, qp, at_ns: now, infos, policy });
+        }
         self.settle_all_rr();
         self.plans.fill(TenantPlan::PASSTHROUGH);
         self.mark_all();
@@ -370,4 +418,60 @@ impl<R: Rnic> Dataplane<R> {
             q.progress_ns = now;
         }
     }
+
+    /// Which tenants have a QP whose WQEs the NIC holds unanswered for
+    /// longer than half the bound, not counting a QP blocked on its
+    /// tenant's in-NIC hand-off (that wait is the policy's rotation).
+    fn tenants_held_by_nic(&mut self, now: u64, bound: u64) -> Vec<bool> {
+        let mut held = vec![false; self.tenants.len()];
+        for (t, ts) in self.tenants.iter_mut().enumerate() {
+            let mut done = None;
+            for &qi in &ts.qps {
+                let q = &mut self.qps[qi];
+                if q.failed || q.posted.is_empty() {
+                    q.nic_progress_ns = now;
+                    continue;
+                }
+                if now.saturating_sub(q.nic_progress_ns) <= bound / 2 {
+                    continue;
+                }
+                if let Some(k) = q.waiting_on {
+                    let done = *done.get_or_insert_with(|| {
+                        ts.pcq.as_mut().and_then(|p| p.completed(&mut self.nic).ok()).unwrap_or(u64::MAX)
+                    });
+                    if k > done {
+                        continue;
+                    }
+                }
+                held[t] = true;
+            }
+        }
+        held
+    }
+
+    /// Puts back the policy the watchdog took control from once the QP it
+    /// starved has drained (or is gone) and a bound has passed.
+    fn maybe_reinstate(&mut self, now: u64, bound: u64) {
+        let Some(r) = &self.sup.reclaim else { return };
+        let qi = self.tenants.get(r.tenant as usize).and_then(|ts| ts.qps.get(r.qp as usize)).copied();
+        let drained = qi.is_none_or(|qi| self.qps[qi].depth() == 0 || self.qps[qi].failed);
+        if !drained || now.saturating_sub(r.at_ns) < bound {
+            return;
+        }
+        let Some(r) = self.sup.reclaim.take() else { return };
+        if !self.policy.reinstate(now) {
+            return;
+        }
+        for info in self.tenant_infos() {
+            if r.infos.get(info.tenant as usize) != Some(&info) {
+                self.policy.on_tenant(&info);
+            }
+        }
+        tracing::info!(policy = %r.policy, "watchdog: tenant {} QP {} drained; the policy is reinstated", r.tenant, r.qp);
+        self.take_over(now);
+        let outcome = SwapOutcome::Accepted;
+        let to = format!("{} (reinstated by the watchdog)", r.policy);
+        self.sup.record(SwapRecord { at_ns: now, from: "passthrough".into(), to, outcome, prepare_ns: 0, cached: false });
+    }
+
 }

@@ -71,6 +71,15 @@ enum Hosted {
     Wasm(Box<WasmPolicy>),
 }
 
+impl Hosted {
+    fn name(&self) -> &str {
+        match self {
+            Hosted::Native(p) => p.name(),
+            Hosted::Wasm(w) => w.name(),
+        }
+    }
+}
+
 /// Most exit records a host keeps (older ones are dropped).
 pub const MAX_EXITS: usize = 64;
 
@@ -150,6 +159,9 @@ pub struct PolicyHost {
     carry: Vec<u64>,
     /// A native policy's last tick, for its changed list (ABI 1.9).
     delta: delta::TickDelta,
+    /// The policy the watchdog took control from, kept for
+    /// [`PolicyHost::reinstate`].
+    reclaimed: Option<Hosted>,
 }
 
 impl PolicyHost {
@@ -172,6 +184,7 @@ impl PolicyHost {
             zero_weight_op: ZeroWeightOp::Wait,
             carry: Vec::new(),
             delta: delta::TickDelta::default(),
+            reclaimed: None,
         };
         h.refresh_tick();
         h
@@ -269,10 +282,7 @@ impl PolicyHost {
 
     /// The policy's name (`passthrough` after a fallback).
     pub fn name(&self) -> &str {
-        match &self.policy {
-            Hosted::Native(p) => p.name(),
-            Hosted::Wasm(w) => w.name(),
-        }
+        self.policy.name()
     }
 
     /// Whether the running policy is a wasm module.
@@ -331,9 +341,31 @@ impl PolicyHost {
 
     /// The watchdog takes control back: drops the running policy for
     /// passthrough with a [`FaultKind::Watchdog`] exit saying why.
+    /// The displaced policy is kept: [`PolicyHost::reinstate`] puts it back.
     pub fn reclaim(&mut self, now_ns: u64, why: String) {
         self.last_now_ns = now_ns;
-        self.fall_back("watchdog", Fault::new(FaultKind::Watchdog, why));
+        let old = self.fall_back("watchdog", Fault::new(FaultKind::Watchdog, why));
+        self.reclaimed = Some(old);
+    }
+
+    /// The name of the policy the watchdog took control from and keeps for
+    /// reinstatement, if any.
+    pub fn reclaimed_name(&self) -> Option<&str> {
+        self.reclaimed.as_ref().map(Hosted::name)
+    }
+
+    /// Puts back the policy the watchdog took control from (its starved
+    /// QP has drained); `false` if there is none. Every plan is reset, as
+    /// after a swap; the caller announces the tenants that changed since.
+    pub fn reinstate(&mut self, now_ns: u64) -> bool {
+        let Some(p) = self.reclaimed.take() else { return false };
+        self.last_now_ns = now_ns;
+        self.policy = p;
+        self.exited = false;
+        self.reset_plans = true;
+        self.delta.forget();
+        self.refresh_tick();
+        true
     }
 
     /// The wasm policy's log lines (empty for a native policy).
@@ -344,8 +376,9 @@ impl PolicyHost {
         }
     }
 
-    /// Drops the wasm policy for passthrough, recording why.
-    fn fall_back(&mut self, hook: &'static str, fault: Fault) {
+    /// Drops the running policy for passthrough, recording why; returns the
+    /// policy dropped.
+    fn fall_back(&mut self, hook: &'static str, fault: Fault) -> Hosted {
         if matches!(fault.kind, FaultKind::Trap | FaultKind::Timeout) {
             self.counters.traps += 1;
         }
@@ -361,12 +394,13 @@ impl PolicyHost {
             policy: self.name().to_string(),
         });
         self.exited = true;
-        self.policy = Hosted::Native(Box::new(passthrough::Passthrough));
+        let old = std::mem::replace(&mut self.policy, Hosted::Native(Box::new(passthrough::Passthrough)));
         self.request_calls = passthrough::Passthrough.request_calls();
         self.zero_weight_op = passthrough::Passthrough.zero_weight_op();
         self.reset_plans = true;
         self.reset_pacing = true;
         self.delta.forget();
+        old
     }
 
     /// `record` if `validate` accepts it, else `fallback`, counted as a
@@ -425,7 +459,9 @@ impl PolicyHost {
                 }
                 match w.tick_interval_ns() {
                     Ok(v) => self.wasm_tick_ns = v,
-                    Err(f) => self.fall_back("tick_interval_ns", f),
+                    Err(f) => {
+                        self.fall_back("tick_interval_ns", f);
+                    }
                 }
             }
         }

@@ -262,8 +262,10 @@ impl World {
         q.timer_epoch = None;
         let last = q.last_progress;
         let Some(w) = self.oldest_unanswered(h, qi) else { return };
-        if last + timeout > now {
-            // An answer came since the timer started: it runs from there.
+        if last + timeout > now || self.dma_busy(h, qi) {
+            // An answer came since the timer started (it runs from there),
+            // or the QP's answer waits for its placement to be made.
+            let last = if self.dma_busy(h, qi) { now } else { last };
             let Some(q) = self.qp_mut(h, qi) else { return };
             q.timer_epoch = Some(epoch);
             self.schedule(last + timeout, Event::RetryTimer { host: h, qp: qi, epoch });

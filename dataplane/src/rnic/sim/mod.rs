@@ -15,6 +15,7 @@
 //! time passes. See `docs/rnic-model.md`.
 
 mod cq;
+mod dma;
 mod fault;
 mod memory;
 mod profile;
@@ -97,7 +98,10 @@ impl SimFabric {
     /// A fabric of `hosts` hosts (at least 1) with the given profile,
     /// clock and random seed.
     pub fn new(profile: RnicProfile, hosts: usize, seed: u64, mode: ClockMode) -> Self {
-        let world = World::new(profile, hosts.max(1), seed);
+        let mut world = World::new(profile, hosts.max(1), seed);
+        if mode == ClockMode::Wall {
+            world.dma = Some(Default::default());
+        }
         let clock = world.clock.clone();
         SimFabric { shared: Arc::new(Shared { world: Mutex::new(world), clock, mode, start: Instant::now() }) }
     }

@@ -5,6 +5,7 @@
 
 use smallvec::SmallVec;
 
+use super::dma::{After, Piece};
 use super::memory::Span;
 use super::qp::WqeStage;
 use super::qp::{PeerRef, ReadResponse};
@@ -22,7 +23,7 @@ impl World {
     /// Schedules an answer to requester QP `qi` of host `h`, sent by host
     /// `from` (`h` itself when it crosses no wire), `delay` from now.
     #[allow(clippy::too_many_arguments, reason = "the fields of one scheduled answer")]
-    fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64, from: usize) {
+    pub(crate) fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64, from: usize) {
         let at = self.now + delay;
         self.schedule(at, Event::Answer { host: h, qp: qi, wqe, epoch, answer, from });
     }
@@ -86,6 +87,11 @@ impl World {
         }
         let Some(rq) = self.qp(r, peer.qp) else { return };
         let duplicate = seg.wqe < rq.resp_next;
+        if duplicate && self.dma_busy(h, qi) {
+            // Its placement is still being made: its answer follows that.
+            self.faults.duplicates += 1;
+            return;
+        }
         if duplicate {
             self.faults.duplicates += 1;
             // Executed before, its answer lost: answer again, do not
@@ -113,6 +119,20 @@ impl World {
                     Ok((mr, off)) => Span { host: r, mr, off, len: len as usize },
                     Err(_) => return nak(self, WcStatus::RemAccessErr),
                 };
+                if self.dma_defers(h, qi, len as usize) {
+                    let pieces = self.pieces(h, &source, &[dst]);
+                    self.executed(r, peer.qp, seg.wqe);
+                    let imm = match imm {
+                        None => None,
+                        Some(imm) => {
+                            let Some(recv) = self.qp_mut(r, peer.qp).and_then(|rq| rq.rq.pop_front()) else { return };
+                            Some((recv.wr_id, imm))
+                        }
+                    };
+                    let (wqe, epoch, len) = (seg.wqe, seg.epoch, len as u32);
+                    let then = After::Write { r, rqi: peer.qp, wqe, epoch, len, imm, delay };
+                    return self.dma_queue(h, qi, pieces, then);
+                }
                 self.place(h, &source, &[dst]);
                 self.executed(r, peer.qp, seg.wqe);
                 if let Some(imm) = imm {
@@ -148,6 +168,13 @@ impl World {
                         }
                     }
                     left -= n;
+                }
+                if self.dma_defers(h, qi, len as usize) {
+                    let pieces = self.pieces(h, &source, &spans);
+                    self.executed(r, peer.qp, seg.wqe);
+                    let (wqe, epoch, wr_id) = (seg.wqe, seg.epoch, recv.wr_id);
+                    let then = After::Send { r, rqi: peer.qp, wqe, epoch, len: len as u32, wr_id, imm, delay };
+                    return self.dma_queue(h, qi, pieces, then);
                 }
                 self.place(h, &source, &spans);
                 self.executed(r, peer.qp, seg.wqe);
@@ -212,6 +239,8 @@ impl World {
                 return self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Nak(WcStatus::RemAccessErr), d, h);
             }
         };
+        let defer = self.dma_defers(h, qi, len as usize);
+        let mut pieces = Vec::new();
         let mut off = 0usize;
         for s in &sgl {
             let Ok((mr, doff)) = self.mems[h].resolve(s.lkey, s.addr, s.length as u64, pd, AccessFlags::LOCAL_WRITE)
@@ -219,20 +248,45 @@ impl World {
                 continue;
             };
             let piece = Span { host: peer.host, mr: src.mr, off: src.off + off, len: s.length as usize };
-            self.copier.copy(&mut self.mems, piece, Span { host: h, mr, off: doff, len: s.length as usize });
+            let dst = Span { host: h, mr, off: doff, len: s.length as usize };
+            if defer {
+                pieces.push(Piece::Copy { src: piece, dst });
+            } else {
+                self.copier.copy(&mut self.mems, piece, dst);
+            }
             off += s.length as usize;
         }
         let d = self.prof.cqe_write_ps;
+        if defer {
+            let then = After::ReadResponse { wqe: seg.wqe, epoch: seg.epoch, delay: d };
+            return self.dma_queue(h, qi, pieces, then);
+        }
         self.answer_at(h, qi, seg.wqe, seg.epoch, Answer::Ack, d, h);
     }
 
     /// Copies a request's bytes (gathered from requester host `h`) into `dst`.
     fn place(&mut self, h: usize, source: &Source, dst: &[Span]) {
+        self.each_piece(h, source, dst, |w, p| match p {
+            Piece::Copy { src, dst } => w.copier.copy(&mut w.mems, src, dst),
+            Piece::Bytes { data, dst } => w.copier.write_bytes(&mut w.mems, &data, dst),
+        });
+    }
+
+    /// The pieces [`World::place`] would copy, for the DMA queues.
+    fn pieces(&mut self, h: usize, source: &Source, dst: &[Span]) -> Vec<Piece> {
+        let mut out = Vec::new();
+        self.each_piece(h, source, dst, |_, p| out.push(p));
+        out
+    }
+
+    /// Calls `f` with each piece of a request's bytes (gathered from
+    /// requester host `h`) to place in `dst`, in order.
+    fn each_piece(&mut self, h: usize, source: &Source, dst: &[Span], mut f: impl FnMut(&mut World, Piece)) {
         match source {
             Source::Inline(bytes) => {
                 let mut at = 0;
                 for d in dst {
-                    self.copier.write_bytes(&mut self.mems, &bytes[at..at + d.len], *d);
+                    f(self, Piece::Bytes { data: SmallVec::from_slice(&bytes[at..at + d.len]), dst: *d });
                     at += d.len;
                 }
             }
@@ -248,7 +302,7 @@ impl World {
                     let n = (srcs[si].len - so).min(dst[di].len - doff);
                     let a = Span { off: srcs[si].off + so, len: n, ..srcs[si] };
                     let b = Span { off: dst[di].off + doff, len: n, ..dst[di] };
-                    self.copier.copy(&mut self.mems, a, b);
+                    f(self, Piece::Copy { src: a, dst: b });
                     so += n;
                     doff += n;
                     if so == srcs[si].len {
@@ -361,7 +415,7 @@ impl World {
     }
 
     #[allow(clippy::too_many_arguments, reason = "the fields of one receive completion")]
-    fn recv_cqe(
+    pub(crate) fn recv_cqe(
         &mut self,
         h: usize,
         qi: u32,

@@ -12,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use super::cq::CqState;
+use super::dma::Dma;
 use super::fault::{Fault, FaultCounters};
 use super::memory::{CopyEngine, MemStore};
 use super::profile::{Ps, RnicProfile, TcScheduler};
@@ -109,6 +110,8 @@ pub(crate) struct World {
     pub visible: u64,
     /// What injected faults caused.
     pub faults: FaultCounters,
+    /// The DMA queues: in wall-clock time only (see `dma.rs`).
+    pub dma: Option<Dma>,
 }
 
 impl World {
@@ -149,6 +152,7 @@ impl World {
             events_run: 0,
             visible: 0,
             faults: FaultCounters::default(),
+            dma: None,
         }
     }
 
@@ -210,6 +214,9 @@ impl World {
             self.dispatch(ev);
         }
         self.now = self.now.max(t);
+        if self.dma.as_ref().is_some_and(|d| !d.idle()) {
+            self.run_dma();
+        }
         self.clock.store(self.now, Ordering::Release);
     }
 
