@@ -6,15 +6,17 @@
 //! simulated time passes. In wall-clock time (the daemon, `--realtime`)
 //! the copy is real time, and one large message would hold the whole model,
 //! and the dataplane loop that drives it, for as long as its bytes take to
-//! copy. There, a placement larger than [`PIECE_BYTES`], or one behind
-//! another of the same QP, is queued: each time the model advances it
-//! copies at most [`BUDGET_BYTES`], round-robin over the QPs with
-//! placements, and a placement's answer (its ACK, its RECV's completion)
-//! follows its last byte. So the bytes are always in place before their
-//! completion is seen, per-QP order holds, and other QPs' messages are
-//! placed between the pieces.
+//! copy (seconds for a 2 GiB WRITE into pages not yet faulted in). There,
+//! a placement larger than [`QUEUED_BYTES`], or one behind another of the
+//! same QP, is queued. The queues are served in pieces of at most
+//! [`PIECE_BYTES`], round-robin over the QPs with placements, for at most
+//! [`SLICE`] of the machine's time each time the model advances, so the
+//! model and the loop always get on with everyone else's messages. A placement's answer (its ACK, its
+//! RECV's completion) follows its last byte: the bytes are in place before
+//! their completion is seen, and per-QP order holds.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
@@ -24,10 +26,13 @@ use super::world::{Answer, World};
 use crate::rnic::{WcOpcode, WcStatus};
 
 /// The largest placement made at once; larger ones are queued.
-pub(crate) const PIECE_BYTES: usize = 256 << 10;
+pub(crate) const QUEUED_BYTES: usize = 64 << 10;
 
-/// The most bytes copied from the queues each time the model advances.
-pub(crate) const BUDGET_BYTES: usize = 512 << 10;
+/// The most bytes copied between two looks at the clock.
+pub(crate) const PIECE_BYTES: usize = 16 << 10;
+
+/// The longest the queues are served, or events run, at a go.
+pub(crate) const SLICE: Duration = Duration::from_micros(100);
 
 /// One part of a placement: a copy between regions, or inline bytes.
 pub(crate) enum Piece {
@@ -96,7 +101,7 @@ impl World {
     /// Whether a placement of `len` bytes answering requester QP (`h`,
     /// `qi`) goes through the DMA queues rather than at once.
     pub(crate) fn dma_defers(&self, h: usize, qi: u32, len: usize) -> bool {
-        self.dma.as_ref().is_some_and(|d| len > PIECE_BYTES || d.busy(h, qi))
+        self.dma.as_ref().is_some_and(|d| len > QUEUED_BYTES || d.busy(h, qi))
     }
 
     /// Whether requester QP (`h`, `qi`) waits for a queued placement (its
@@ -112,13 +117,16 @@ impl World {
         }
     }
 
-    /// Copies up to [`BUDGET_BYTES`] from the queues, a piece of at most
+    /// Serves the queues for at most [`SLICE`], a piece of at most
     /// [`PIECE_BYTES`] per QP in turn, and finishes the placements done.
     pub(crate) fn run_dma(&mut self) {
-        let mut budget = BUDGET_BYTES;
-        while budget > 0 {
+        let start = Instant::now();
+        loop {
+            if start.elapsed() >= SLICE {
+                break;
+            }
             let Some(d) = self.dma.as_mut() else { return };
-            let Some(key) = d.order.pop_front() else { return };
+            let Some(key) = d.order.pop_front() else { break };
             let Some(queue) = d.queues.get_mut(&key) else { continue };
             let Some(front) = queue.front_mut() else {
                 d.queues.remove(&key);
@@ -142,7 +150,6 @@ impl World {
                 d.order.push_back(key);
             }
             if let Some(p) = piece {
-                budget = budget.saturating_sub(p.len().max(1));
                 d.queued_bytes += p.len() as u64;
                 match p {
                     Piece::Copy { src, dst } => self.copier.copy(&mut self.mems, src, dst),

@@ -7,12 +7,13 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use super::cq::CqState;
-use super::dma::Dma;
+use super::dma::{self, Dma};
 use super::fault::{Fault, FaultCounters};
 use super::memory::{CopyEngine, MemStore};
 use super::profile::{Ps, RnicProfile, TcScheduler};
@@ -200,7 +201,14 @@ impl World {
     }
 
     /// Runs every event up to and including `t`, then sets the clock to `t`.
+    /// In wall-clock time (`dma` set) it stops after a [`dma::SLICE`] of
+    /// the machine's time with the clock at the last event run: a model
+    /// that has fallen behind the wall catches up over several calls, and
+    /// the loop that drives it is never held for long.
     pub fn advance_to(&mut self, t: Ps) {
+        let slice = self.dma.is_some().then(Instant::now);
+        let mut run = 0u32;
+        let mut behind = false;
         while let Some((at, _, slot)) = self.peek() {
             if at > t {
                 break;
@@ -212,8 +220,15 @@ impl World {
             let Some(ev) = ev else { continue };
             self.events_run += 1;
             self.dispatch(ev);
+            run += 1;
+            if run % 16 == 0 && slice.is_some_and(|s| s.elapsed() >= dma::SLICE) {
+                behind = true;
+                break;
+            }
         }
-        self.now = self.now.max(t);
+        if !behind {
+            self.now = self.now.max(t);
+        }
         if self.dma.as_ref().is_some_and(|d| !d.idle()) {
             self.run_dma();
         }
