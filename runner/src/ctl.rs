@@ -79,6 +79,12 @@ impl SocketRole {
             SocketRole::Tenants => "socket",
         }
     }
+    fn holder(self) -> &'static str {
+        match self {
+            SocketRole::Control => "another run",
+            SocketRole::Tenants => "another daemon",
+        }
+    }
     fn flag(self) -> &'static str {
         match self {
             SocketRole::Control => "--ctl",
@@ -103,7 +109,7 @@ pub fn check_socket_path(path: &Path, role: SocketRole) -> anyhow::Result<bool> 
         );
     }
     if UnixStream::connect(path).is_ok() {
-        anyhow::bail!("{what} {}: another run is listening on it", path.display());
+        anyhow::bail!("{what} {}: {} is listening on it", path.display(), role.holder());
     }
     Ok(true)
 }

@@ -31,6 +31,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "serve/hostile.rs"]
+mod hostile;
+
 use perf_client::{Client, Completion, ConnectOptions, Op, RemoteAddr, Status, WorkRequest};
 use perf_shm::{RequestEntry, SegmentStatus};
 
@@ -53,12 +56,17 @@ fn main() {
         return;
     }
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 10] = [
         ("two_pairs_of_client_processes_move_every_message_once_in_order_with_its_bytes", two_pairs),
         ("a_client_killed_mid_run_is_cleaned_up_and_the_others_lose_nothing", killed_client),
         ("garbage_in_a_request_ring_errors_that_tenant_only", garbage_ring),
         ("a_second_daemon_a_stale_socket_and_an_old_client_get_clear_errors", clear_errors),
         ("perftest_clients_as_processes_and_the_metrics_endpoint", perftest_clients_and_metrics),
+        ("an_attacker_process_cannot_reach_another_tenants_memory", hostile::attacker),
+        ("a_client_rewriting_its_buffers_gets_fresh_bytes_by_write_send_and_read", hostile::rewriter),
+        ("a_send_waiting_for_its_recv_keeps_the_daemons_policy", hostile::rnr_keeps_the_policy),
+        ("a_huge_write_does_not_hold_a_light_tenant", hostile::big_write_beside_a_light_tenant),
+        ("serve_never_replaces_a_file_that_is_not_a_stale_socket", hostile::socket_path_holds_a_file),
     ];
     let mut ran = 0;
     for (name, f) in tests {
@@ -268,7 +276,10 @@ fn client_role(role: &[String]) -> Result<(), String> {
                 }
             }
         }
-        other => Err(format!("unknown role {other}")),
+        other => {
+            drop(input);
+            hostile::client_role(other, &mut c, role)
+        }
     }
 }
 
@@ -667,8 +678,8 @@ fn clear_errors() {
     }
     let (ok, _) = daemon.stop();
     assert!(ok);
-    // A stale socket file (left by a daemon that died) is replaced.
-    std::fs::write(d.join("serve.sock"), b"").expect("stale file");
+    // A stale socket (left by a daemon that died) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(d.join("serve.sock")).expect("stale socket"));
     let daemon = Daemon::start(&d);
     let (ok, _) = daemon.stop();
     assert!(ok);

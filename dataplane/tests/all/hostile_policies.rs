@@ -170,10 +170,14 @@ fn the_watchdog_reclaims_control_from_a_starving_policy() {
     let e = rig.dp.policy().exits().last().expect("the watchdog recorded an exit").clone();
     assert_eq!((e.kind, e.hook, e.policy.as_str()), (FaultKind::Watchdog, "watchdog", "hostile"), "{e:?}");
     assert!(e.message.contains("QP 1"), "{}", e.message);
-    assert_eq!(rig.dp.policy().name(), "passthrough");
     let small = rig.tenants[0].got.iter().find(|c| c.qp == 1).expect("QP 1 completed");
     let waited = small.completed_ns - small.posted_ns;
     assert!(waited < 2 * bound, "QP 1 waited {waited} ns, the bound is {bound} ns");
+    // Once QP 1 drained, the policy came back: the reclaim is undone.
+    let back = rig.dp.swaps().iter().find(|s| s.to.contains("reinstated by the watchdog")).expect("reinstated");
+    assert_eq!((back.from.as_str(), &back.outcome), ("passthrough", &SwapOutcome::Accepted), "{back:?}");
+    assert!(back.at_ns >= e.at_ns + bound, "{back:?} after {e:?}");
+    assert_eq!(rig.dp.policy().name(), "hostile");
 }
 
 /// The most zero-weight WRs the host accepts (256 per 1 KiB chunk) on a

@@ -349,3 +349,39 @@ fn the_pre_classification_flood_window_is_bounded_by_the_nics_round_robin_and_cl
     assert!(a <= 3.0, "perf: x{a:.2} once the window has closed");
     assert!(last_slow <= WARMUP_NS, "a ping over 3x at {last_slow} ns, after the window ({WARMUP_NS} ns)");
 }
+
+/// A QP that its own peer stalls is its tenant's problem, never the
+/// policy's: SENDs waiting for a RECV the peer never posts (receiver not
+/// ready, retried forever), for a hundred times the watchdog's bound,
+/// leave the running policy in place, with no fallback, while a second
+/// tenant's WRITEs go on completing.
+fn a_send_waiting_for_its_recv_keeps_the_policy(pol: Pol) {
+    let bound = 100_000;
+    let cfg = DataplaneConfig { watchdog_ns: bound, ..DataplaneConfig::default() };
+    let mut rig = Rig::new(41, pol, cfg);
+    let name = rig.dp.policy().name().to_string();
+    let t = rig.tenant("sender", 1, 1 << 16);
+    let w = rig.tenant("writer", 1, 1 << 16);
+    let tr = &rig.tenants[t];
+    for k in 0..4 {
+        let now = rig.now_ns();
+        let wr = WorkRequest { wr_id: k, qp: 0, op: RequestOp::Send, mr: tr.mr, offset: 0, len: 256, posted_ns: now };
+        post(&tr.h, wr);
+    }
+    let mut written = 0;
+    for round in 0..100u64 {
+        let wr = rig.wr(w, round, 0, false, 0, 4096);
+        post(&rig.tenants[w].h, wr);
+        rig.idle_for(bound);
+        written = rig.tenants[w].got.len();
+    }
+    assert_eq!(rig.dp.policy().name(), name, "{pol:?}: the policy was switched");
+    assert_eq!(rig.dp.policy().counters.fallbacks, 0, "{pol:?}: {:?}", rig.dp.policy().exits());
+    assert!(rig.tenants[t].got.is_empty(), "{pol:?}: a SEND completed with no RECV: {:?}", rig.tenants[t].got);
+    assert_eq!(written, 100, "{pol:?}: the writer's WRITEs");
+}
+
+per_policy!(a_send_waiting_for_its_recv_keeps_the_policy:
+    a_send_waiting_for_its_recv_keeps_the_policy_perf => Pol::Perf,
+    a_send_waiting_for_its_recv_keeps_the_policy_fairshare => Pol::Named("fairshare"),
+);

@@ -892,6 +892,9 @@ fn unsignaled_wqes_hold_send_queue_slots() {
     let qa = p.a.qp(|a| a.caps.max_send_wr = 8);
     let qb = p.b.qp(|_| {});
     connect(&mut p.a, qa, &mut p.b, qb);
+    let mr_b = p.b.mr;
+    let unsig =
+        |i: u64| SendWr { signaled: false, ..wr(i, write_op(mr_b.remote(i as usize * 32)), Payload::Inline(&data)) };
     let mut wrs: Vec<SendWr<'_>> = (0..7).map(unsig).collect();
     wrs.push(wr(7, write_op(mr_b.remote(7 * 32)), Payload::Inline(&data)));
     p.a.post(qa, &wrs);
@@ -1054,4 +1057,63 @@ fn messages_of_one_qp_are_placed_in_post_order_despite_jitter() {
         assert_eq!(p.b.read(&mr_b, 0, 8), second, "seed {seed}: an earlier WRITE landed after a later one");
         assert!(p.b.read(&mr_b, 8, 59_992) == first[8..]);
     }
+}
+
+/// An RC responder takes requests only from the QP it is connected to: a
+/// third QP that connects itself to host 1's QP (which is connected to
+/// host 0's) gets no byte read or written, knowing the region's address
+/// and key, and fails with the transport's retry error; the pair it aimed
+/// at keeps working.
+#[test]
+fn a_responder_takes_nothing_from_a_qp_it_is_not_connected_to() {
+    let mut p = pair(1 << 16);
+    let secret = pattern(4096, 9);
+    p.b.write(&p.b.mr.clone(), 0, &secret);
+    // The intruder: a second QP on host 0, in its own PD, connected
+    // one-sidedly to host 1's QP.
+    let pd = p.a.nic.alloc_pd().expect("pd");
+    let own = p.a.nic.reg_mr(pd, 1 << 16, all_access()).expect("mr");
+    let qx = p.a.nic.create_qp(pd, QpInitAttr::new(p.a.cq, p.a.cq)).expect("qp");
+    let eb = endpoint(&p.b.nic, p.qb.qp_num);
+    perf_dataplane::rnic::connect::bring_up(&mut p.a.nic, qx.handle, eb, all_access()).expect("bring up");
+    let remote = p.b.mr.remote(0);
+    let (into, from) = ([own.sge(0, 4096)], [own.sge(4096, 4096)]);
+    let wrs = [
+        wr(1, WrOpcode::Read { remote }, Payload::Sges(&into)),
+        wr(2, write_op(p.b.mr.remote(8192)), Payload::Sges(&from)),
+    ];
+    p.a.post(qx, &wrs);
+    let wcs = collect(&p.f, &mut p.a.nic, p.a.cq, 2);
+    assert_eq!(wcs[0].status, WcStatus::RetryExcErr, "{wcs:?}");
+    assert_ne!(wcs[1].status, WcStatus::Success, "{wcs:?}");
+    assert_ne!(p.a.read(&own, 0, 4096), secret, "the intruder READ the secret");
+    assert_eq!(p.b.read(&p.b.mr.clone(), 0, 4096), secret);
+    assert_eq!(p.b.read(&p.b.mr.clone(), 8192, 4096), vec![0u8; 4096], "nothing written");
+    // The connected pair is untouched.
+    let data = pattern(512, 3);
+    let mr_a = p.a.mr;
+    p.a.write(&mr_a, 0, &data);
+    let sge = [mr_a.sge(0, 512)];
+    p.a.post(p.qa, &[wr(3, write_op(p.b.mr.remote(16384)), Payload::Sges(&sge))]);
+    let wcs = collect(&p.f, &mut p.a.nic, p.a.cq, 1);
+    assert_ok(&wcs);
+    assert_eq!(p.b.read(&p.b.mr.clone(), 16384, 512), data);
+}
+
+/// Keys are random, as a real NIC's: the same seed gives other keys in
+/// another fabric, and no key is a region's index with a counter.
+#[test]
+fn region_keys_are_random_and_not_derived_from_their_index() {
+    let keys = |f: &SimFabric| {
+        let mut nic = f.nic(0);
+        let pd = nic.alloc_pd().expect("pd");
+        (0..32).map(|_| nic.reg_mr(pd, 4096, all_access()).expect("mr")).map(|m| m.rkey).collect::<Vec<u32>>()
+    };
+    let (a, b) = (keys(&SimFabric::pair(7)), keys(&SimFabric::pair(7)));
+    assert_ne!(a, b, "the same keys in two fabrics of one seed");
+    let mut sorted = a.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), a.len(), "keys repeat: {a:x?}");
+    assert!(a.iter().filter(|&&k| k >> 8 < 64).count() <= 1, "keys look like (index << 8) | counter: {a:x?}");
 }

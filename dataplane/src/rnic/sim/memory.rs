@@ -362,3 +362,82 @@ impl MemStore {
         Ok((idx, (addr - mr.addr) as usize))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory lent by its owner, who writes it without telling the model.
+    struct Lent(Vec<u8>);
+
+    impl ExternalMemory for Lent {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+
+    fn span(mr: u32) -> Span {
+        Span { host: 0, mr, off: 0, len: 4096 }
+    }
+
+    fn read(mems: &[MemStore], mr: u32) -> Vec<u8> {
+        let mut out = vec![0; 4096];
+        mems[0].cpu_read(mr, 0, &mut out).expect("read");
+        out
+    }
+
+    #[test]
+    fn a_copy_touching_lent_memory_is_made_again_after_its_owner_writes_it() {
+        let mut mems = vec![MemStore::new(0)];
+        let (lent, _, _) = mems[0].register_external(0, Box::new(Lent(vec![1; 4096])), AccessFlags::LOCAL_WRITE);
+        let (own, _, _) = mems[0].register(0, 4096, AccessFlags::LOCAL_WRITE);
+        let mut copier = CopyEngine::default();
+        for round in 2..6u8 {
+            copier.copy(&mut mems, span(lent), span(own));
+            assert!(read(&mems, own).iter().all(|&b| b == round - 1), "round {round}: stale bytes");
+            // The owner rewrites its buffer behind the model's back.
+            if let Some(m) = mems[0].mr_mut(lent) {
+                m.buf.fill(round);
+            }
+        }
+        // And into lent memory: the owner may have overwritten what landed.
+        copier.copy(&mut mems, span(own), span(lent));
+        if let Some(m) = mems[0].mr_mut(lent) {
+            m.buf.fill(0);
+        }
+        copier.copy(&mut mems, span(own), span(lent));
+        assert!(read(&mems, lent).iter().all(|&b| b == 4));
+        assert_eq!(copier.elided_bytes, 0);
+    }
+
+    #[test]
+    fn a_copy_between_the_models_buffers_is_elided_until_a_cpu_write() {
+        let mut mems = vec![MemStore::new(0)];
+        let (a, _, _) = mems[0].register(0, 4096, AccessFlags::LOCAL_WRITE);
+        let (b, _, _) = mems[0].register(0, 4096, AccessFlags::LOCAL_WRITE);
+        let mut copier = CopyEngine::default();
+        let stamp = copier.next_stamp();
+        mems[0].cpu_write(a, 0, &[7; 4096], stamp).expect("write");
+        copier.copy(&mut mems, span(a), span(b));
+        copier.copy(&mut mems, span(a), span(b));
+        assert_eq!(copier.elided_bytes, 4096, "the second copy is elided");
+        let stamp = copier.next_stamp();
+        mems[0].cpu_write(a, 0, &[8; 4096], stamp).expect("write");
+        copier.copy(&mut mems, span(a), span(b));
+        assert!(read(&mems, b).iter().all(|&x| x == 8));
+    }
+
+    #[test]
+    fn keys_resolve_to_their_region_and_a_dropped_key_to_none() {
+        let mut mems = MemStore::new(0);
+        let (i, addr, key) = mems.register(3, 8192, AccessFlags::REMOTE_READ);
+        assert_eq!(mems.resolve(key, addr + 4096, 4096, 3, AccessFlags::REMOTE_READ), Ok((i, 4096)));
+        assert_eq!(mems.resolve(key ^ 1, addr, 1, 3, AccessFlags::REMOTE_READ), Err(KeyFault::UnknownKey));
+        assert_eq!(mems.resolve(key, addr, 1, 4, AccessFlags::REMOTE_READ), Err(KeyFault::WrongPd));
+        mems.remove(i).expect("remove");
+        assert_eq!(mems.resolve(key, addr, 1, 3, AccessFlags::REMOTE_READ), Err(KeyFault::UnknownKey));
+    }
+}
