@@ -590,8 +590,11 @@ impl Hub {
             .iter()
             .find(|b| b.name == peer && b.phase == Phase::Live)
             .ok_or_else(|| format!("no tenant {peer:?} is connected"))?;
-        let remote =
-            other.qp_eps.get(peer_qp as usize).copied().ok_or_else(|| format!("tenant {peer:?} has no QP {peer_qp}"))?;
+        let remote = other
+            .qp_eps
+            .get(peer_qp as usize)
+            .copied()
+            .ok_or_else(|| format!("tenant {peer:?} has no QP {peer_qp}"))?;
         // RC setup takes both owners: the peer QP's owner names its remote
         // QP too. One it connected elsewhere is refused here; one it has
         // not connected yet is the owner's to decide (its NIC drops what

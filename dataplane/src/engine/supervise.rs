@@ -25,8 +25,18 @@
 //! outstanding requests) that has completed nothing for longer than the
 //! bound, under a policy other than passthrough, makes the host reclaim
 //! control ([`PolicyHost::reclaim`]: fall back to passthrough, with a
-//! `Watchdog` exit naming the tenant and QP). Failed QPs are not counted
-//! (their requests complete with flush errors).
+//! `Watchdog` exit naming the tenant and QP, logged as a warning). Only
+//! what the policy can cause counts: failed QPs (their requests complete
+//! with flush errors), paused tenants (they wait on the operator) and every
+//! QP of a tenant one of whose QPs has WQEs in the NIC with no completion
+//! of any kind for half the bound are left out. The last is a stall of
+//! the NIC, the peer or the tenant itself (a SEND whose receiver posts no
+//! RECV, a peer stopped or in error, retransmissions), not of the policy;
+//! a QP blocked on its tenant's in-NIC hand-off is the policy's rotation
+//! and is not left out. A reclaim is undone: once the starved QP has
+//! drained and a bound has passed, the policy is reinstated (a swap record
+//! says so). After three reclaims of the policy installed by one swap,
+//! passthrough runs until the next swap.
 
 use super::EngineError;
 use std::collections::VecDeque;
@@ -471,7 +481,13 @@ impl<R: Rnic> Dataplane<R> {
         self.take_over(now);
         let outcome = SwapOutcome::Accepted;
         let to = format!("{} (reinstated by the watchdog)", r.policy);
-        self.sup.record(SwapRecord { at_ns: now, from: "passthrough".into(), to, outcome, prepare_ns: 0, cached: false });
+        self.sup.record(SwapRecord {
+            at_ns: now,
+            from: "passthrough".into(),
+            to,
+            outcome,
+            prepare_ns: 0,
+            cached: false,
+        });
     }
-
 }

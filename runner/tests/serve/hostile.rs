@@ -89,7 +89,14 @@ pub(super) fn client_role(kind: &str, c: &mut Client, role: &[String]) -> Result
                 fill(&mut c.bytes(src).map_err(e)?[..MSG]);
                 let recv = WorkRequest { wr_id: 10, qp: q1, op: Op::Recv, mr: dst.index, offset: MSG as u64, len: 0 };
                 let wrs = [
-                    WorkRequest { wr_id: 11, qp: q0, op: Op::Write(dst.remote(0)), mr: src.index, offset: 0, len: MSG as u32 },
+                    WorkRequest {
+                        wr_id: 11,
+                        qp: q0,
+                        op: Op::Write(dst.remote(0)),
+                        mr: src.index,
+                        offset: 0,
+                        len: MSG as u32,
+                    },
                     WorkRequest { wr_id: 12, qp: q0, op: Op::Send, mr: src.index, offset: 0, len: MSG as u32 },
                     WorkRequest {
                         wr_id: 13,
@@ -133,7 +140,8 @@ pub(super) fn client_role(kind: &str, c: &mut Client, role: &[String]) -> Result
             while c.post(&[send]).map_err(e)? == 0 {}
             say("SENT".into())?;
             let _ = line(&mut input)?;
-            let recv = WorkRequest { wr_id: 2, qp: q1, op: Op::Recv, mr: mr.index, offset: MSG as u64, len: MSG as u32 };
+            let recv =
+                WorkRequest { wr_id: 2, qp: q1, op: Op::Recv, mr: mr.index, offset: MSG as u64, len: MSG as u32 };
             while c.post(&[recv]).map_err(e)? == 0 {}
             let mut cpl = Vec::new();
             poll_until(c, &mut cpl, Duration::from_secs(30), |v| v.len() >= 2);
@@ -151,7 +159,14 @@ pub(super) fn client_role(kind: &str, c: &mut Client, role: &[String]) -> Result
             c.connect_qp(q1, &me, q0).map_err(e)?;
             let _ = line(&mut input)?;
             let t0 = Instant::now();
-            let wr = WorkRequest { wr_id: 1, qp: q0, op: Op::Write(mr.remote(len)), mr: mr.index, offset: 0, len: len as u32 };
+            let wr = WorkRequest {
+                wr_id: 1,
+                qp: q0,
+                op: Op::Write(mr.remote(len)),
+                mr: mr.index,
+                offset: 0,
+                len: len as u32,
+            };
             while c.post(&[wr]).map_err(e)? == 0 {}
             let mut cpl = Vec::new();
             poll_until(c, &mut cpl, Duration::from_secs(120), |v| !v.is_empty());
@@ -178,7 +193,14 @@ pub(super) fn client_role(kind: &str, c: &mut Client, role: &[String]) -> Result
             say("LIGHT".into())?;
             let (mut n, mut worst) = (0u64, Duration::ZERO);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let wr = WorkRequest { wr_id: n, qp: q0, op: Op::Write(mr.remote(MSG as u64)), mr: mr.index, offset: 0, len: MSG as u32 };
+                let wr = WorkRequest {
+                    wr_id: n,
+                    qp: q0,
+                    op: Op::Write(mr.remote(MSG as u64)),
+                    mr: mr.index,
+                    offset: 0,
+                    len: MSG as u32,
+                };
                 let t0 = Instant::now();
                 while c.post(&[wr]).map_err(e)? == 0 {}
                 let mut cpl = Vec::new();

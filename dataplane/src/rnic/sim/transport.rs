@@ -23,7 +23,16 @@ impl World {
     /// Schedules an answer to requester QP `qi` of host `h`, sent by host
     /// `from` (`h` itself when it crosses no wire), `delay` from now.
     #[allow(clippy::too_many_arguments, reason = "the fields of one scheduled answer")]
-    pub(crate) fn answer_at(&mut self, h: usize, qi: u32, wqe: u64, epoch: u32, answer: Answer, delay: u64, from: usize) {
+    pub(crate) fn answer_at(
+        &mut self,
+        h: usize,
+        qi: u32,
+        wqe: u64,
+        epoch: u32,
+        answer: Answer,
+        delay: u64,
+        from: usize,
+    ) {
         let at = self.now + delay;
         self.schedule(at, Event::Answer { host: h, qp: qi, wqe, epoch, answer, from });
     }
