@@ -62,6 +62,13 @@ pub const DEFAULT_TICK_FUEL_PER_TENANT: u64 = 2_000;
 /// spends little fuel is stopped within about 0.5 ms of wall time.
 pub const DEFAULT_BACKSTOP: Duration = Duration::from_micros(250);
 
+/// The wall-clock backstop of the calls made while a module loads
+/// (`perf_abi_version`, `perf_init`, the buffer getters): they run on the
+/// loader's thread, never on the dataplane core, and the first of them
+/// faults in the module's memory, which costs the thread CPU time but no
+/// fuel. Fuel bounds them as it bounds every call.
+pub const LOAD_BACKSTOP: Duration = Duration::from_millis(50);
+
 /// The wasm stack cap of the engine, in bytes.
 pub const MAX_WASM_STACK: usize = 512 * 1024;
 
@@ -1006,6 +1013,13 @@ impl WasmPolicy {
         f: &TypedFunc<(), i32>,
         hook: &'static str,
     ) -> Result<i32, LoadError> {
+        let limits = match limits.interruption {
+            Interruption::Budget(b) => WasmLimits {
+                interruption: Interruption::Budget(CallBudget { backstop: b.backstop.max(LOAD_BACKSTOP), ..b }),
+                ..limits
+            },
+            _ => limits,
+        };
         Self::arm(store, limits);
         f.call(store, ()).map_err(|e| LoadError::Init { hook, fault: Fault::from_wasm(e) })
     }
