@@ -221,7 +221,7 @@ impl World {
             self.events_run += 1;
             self.dispatch(ev);
             run += 1;
-            if run % 16 == 0 && slice.is_some_and(|s| s.elapsed() >= dma::SLICE) {
+            if run.is_multiple_of(16) && slice.is_some_and(|s| s.elapsed() >= dma::SLICE) {
                 behind = true;
                 break;
             }
