@@ -423,6 +423,19 @@ impl Daemon {
         (status.success(), rest.trim().to_string())
     }
 
+    /// What `perf-runner ctl stats` prints for it (the command succeeds).
+    fn ctl_stats(&self) -> String {
+        let stats = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
+            .args(["ctl", "--socket"])
+            .arg(&self.ctl)
+            .arg("stats")
+            .output()
+            .expect("ctl stats");
+        let text = String::from_utf8_lossy(&stats.stdout).to_string();
+        assert!(stats.status.success(), "{text}");
+        text
+    }
+
     /// Stops the daemon: it exits cleanly with nothing left in flight.
     fn stop_clean(self) {
         let (ok, last) = self.stop();
@@ -525,17 +538,7 @@ fn two_pairs() {
     let daemon = Daemon::start(&d);
     let mut a = start_pair(&daemon.sock, "a", 2000, 2);
     let mut b = start_pair(&daemon.sock, "b", 1000, 3);
-    let stats = || {
-        let stats = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
-            .args(["ctl", "--socket"])
-            .arg(&daemon.ctl)
-            .arg("stats")
-            .output()
-            .expect("ctl stats");
-        let text = String::from_utf8_lossy(&stats.stdout).to_string();
-        assert!(stats.status.success(), "{text}");
-        text
-    };
+    let stats = || daemon.ctl_stats();
     // While connected, each client is a tenant of the daemon.
     assert_eq!(a.0.expect("OK"), "OK 2000");
     assert_eq!(b.0.expect("OK"), "OK 1000");

@@ -221,14 +221,8 @@ pub(super) fn client_role(kind: &str, c: &mut Client, role: &[String]) -> Result
 
 /// The running policy's name, from `ctl stats`.
 fn policy(daemon: &Daemon) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
-        .args(["ctl", "--socket"])
-        .arg(&daemon.ctl)
-        .arg("stats")
-        .output()
-        .expect("ctl stats");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let first = text.lines().next().unwrap_or_default().to_string();
+    let text = daemon.ctl_stats();
+    let first = text.lines().next().unwrap_or_default();
     first.split("policy ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_default().to_string()
 }
 
