@@ -121,7 +121,15 @@ fn ms(d: Duration) -> f64 {
 fn main() {
     let trials = if perf_benches::quick() { 5 } else { 40 };
     let mut rec = Recorder::new("call_bound");
-    let shape = LoadShape { tenants: 4, qps: 2, depth: 8, msg: 65_536, sensitive: Sensitive::Delay, sq_depth: None };
+    let shape = LoadShape {
+        tenants: 4,
+        qps: 2,
+        depth: 8,
+        msg: 65_536,
+        sensitive: Sensitive::Delay,
+        sq_depth: None,
+        post_list: 1,
+    };
     let policy = PolicyHost::load("wasm:perf").expect("wasm:perf loads");
     let mut load = Load::new(NullRnic::new(), policy, shape).expect("the load sets up");
     let (ticker0, wall0) = (ticker_cpu_ns(), Instant::now());

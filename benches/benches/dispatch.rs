@@ -210,7 +210,8 @@ fn run(policy: PolicyHost, warmup_ms: u64, virtual_ms: u64) -> Sample {
 /// split with zero-weight WRs, a delay-sensitive tenant beside it.
 fn null_run(policy: PolicyHost, with_delay_tenant: bool, budget: Duration) -> DriveSample {
     let sensitive = if with_delay_tenant { Sensitive::Delay } else { Sensitive::None };
-    let shape = LoadShape { tenants: 1, qps: 1, depth: DEPTH as u32, msg: MSG, sensitive, sq_depth: None };
+    let shape =
+        LoadShape { tenants: 1, qps: 1, depth: DEPTH as u32, msg: MSG, sensitive, sq_depth: None, post_list: 1 };
     let mut load = Load::new(NullRnic::new(), policy, shape).expect("null-NIC load");
     load.drive(budget / 4, budget).expect("drive")
 }

@@ -50,8 +50,15 @@ fn rss_bytes() -> f64 {
 
 fn main() {
     let mut rec = Recorder::new("memory");
-    let shape =
-        |tenants, qps| LoadShape { tenants, qps, depth: 2, msg: 1 << 20, sensitive: Sensitive::None, sq_depth: None };
+    let shape = |tenants, qps| LoadShape {
+        tenants,
+        qps,
+        depth: 2,
+        msg: 1 << 20,
+        sensitive: Sensitive::None,
+        sq_depth: None,
+        post_list: 1,
+    };
     println!("memory: live heap of the dataplane over the null RNIC (counting allocator), default config");
     for (label, policy) in [("passthrough", "passthrough"), ("perf-native", "perf"), ("perf-wasm", "wasm:perf")] {
         let base = held(policy, shape(0, 0));

@@ -78,6 +78,7 @@ fn main() {
         msg: MSG,
         sensitive: Sensitive::Message,
         sq_depth: Some(1024),
+        post_list: 1,
     };
     let mut samples: Vec<Result<Vec<DriveSample>, String>> = vec![Ok(Vec::new()); cells.len()];
     for _ in 0..runs {
@@ -156,8 +157,15 @@ fn main() {
 /// The paper's scale case, 1000 B tenants x 8 QPs + one M tenant, under
 /// wasm `perf`: the median of `runs` drives.
 fn scale_case(rec: &mut Recorder, runs: usize, warmup: Duration, budget: Duration) {
-    let shape =
-        LoadShape { tenants: 1000, qps: 8, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
+    let shape = LoadShape {
+        tenants: 1000,
+        qps: 8,
+        depth: DEPTH,
+        msg: MSG,
+        sensitive: Sensitive::Message,
+        sq_depth: None,
+        post_list: 1,
+    };
     match (0..runs).map(|_| measure("wasm:perf", shape, warmup, budget)).collect::<Result<Vec<_>, _>>() {
         Ok(v) => {
             let m = median_sample(v);
@@ -179,7 +187,15 @@ fn scale_case(rec: &mut Recorder, runs: usize, warmup: Duration, budget: Duratio
 
 /// One larger shape, `t` tenants x `q` QPs, under wasm `perf`, once.
 fn large(rec: &mut Recorder, t: u32, q: u32, warmup: Duration, budget: Duration) {
-    let shape = LoadShape { tenants: t, qps: q, depth: DEPTH, msg: MSG, sensitive: Sensitive::Message, sq_depth: None };
+    let shape = LoadShape {
+        tenants: t,
+        qps: q,
+        depth: DEPTH,
+        msg: MSG,
+        sensitive: Sensitive::Message,
+        sq_depth: None,
+        post_list: 1,
+    };
     let key = format!("scale_large/perf-wasm/{t}x{q}");
     match measure("wasm:perf", shape, warmup, budget) {
         Ok(m) => {

@@ -1,15 +1,16 @@
 //! A synthetic tenant load for benchmarks over any [`Rnic`]: `tenants`
 //! bandwidth tenants with `qps` QPs each, every QP keeping `depth` WRITEs of
-//! `msg` bytes outstanding, plus optionally one sensitive tenant (see
+//! `msg` bytes outstanding (posted in lists of `post_list`), plus optionally one sensitive tenant (see
 //! [`Sensitive`]) so that PeRF-style policies insert zero-weight WRs. QPs
 //! are connected to themselves (loopback), which is all a null NIC needs.
 //!
 //! [`Load::drive`] plays the tenants and runs the loop for a wall-clock
 //! budget, timing only what happens inside [`Dataplane::round`].
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use perf_dataplane::engine::{Dataplane, DataplaneConfig, EngineError, TenantHandle, WorkRequest};
+use perf_dataplane::engine::{Completion, Dataplane, DataplaneConfig, EngineError, TenantHandle, WorkRequest};
 use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::{Mr, RemoteAddr, Rnic, RnicError};
 
@@ -30,6 +31,9 @@ pub struct LoadShape {
     /// The dataplane bounds QPs x depth by its shared CQs, so loads of
     /// many QPs need a shallower queue.
     pub sq_depth: Option<u32>,
+    /// Requests per post list (1: one at a time): a QP posts a list when
+    /// it has room for all of it, as perftest's `-l` does.
+    pub post_list: u32,
 }
 
 /// A sensitive tenant added to a [`LoadShape`] (one QP).
@@ -57,6 +61,7 @@ struct LoadTenant {
     outstanding: Vec<u32>,
     size: u32,
     depth: u32,
+    list: u32,
 }
 
 /// The dataplane with its tenants.
@@ -65,6 +70,10 @@ pub struct Load<R: Rnic> {
     pub dp: Dataplane<R>,
     tenants: Vec<LoadTenant>,
     next_wr: u64,
+    /// One post list in the making.
+    list: Vec<WorkRequest>,
+    /// Completions taken in one batch.
+    done: VecDeque<Completion>,
 }
 
 /// What [`Load::drive`] measured.
@@ -111,13 +120,14 @@ impl<R: Rnic> Load<R> {
         }
         let mut dp = Dataplane::new(nic, policy, cfg)?;
         let mut tenants = Vec::new();
-        let mut specs = vec![(shape.qps, shape.msg, shape.depth); shape.tenants as usize];
+        let list = shape.post_list.clamp(1, shape.depth.max(1));
+        let mut specs = vec![(shape.qps, shape.msg, shape.depth, list); shape.tenants as usize];
         match shape.sensitive {
             Sensitive::None => {}
-            Sensitive::Delay => specs.push((1, 16, 1)),
-            Sensitive::Message => specs.push((1, 16, 128)),
+            Sensitive::Delay => specs.push((1, 16, 1, 1)),
+            Sensitive::Message => specs.push((1, 16, 128, 1)),
         }
-        for (i, (qps, size, depth)) in specs.into_iter().enumerate() {
+        for (i, (qps, size, depth, list)) in specs.into_iter().enumerate() {
             let handle = dp.add_tenant(&format!("t{i}"), 1)?;
             let mr = dp.reg_mr(handle.id, size as usize)?;
             for _ in 0..qps {
@@ -131,29 +141,36 @@ impl<R: Rnic> Load<R> {
                 outstanding: vec![0; qps as usize],
                 size,
                 depth,
+                list,
             });
         }
-        Ok(Load { dp, tenants, next_wr: 0 })
+        Ok(Load { dp, tenants, next_wr: 0, list: Vec::new(), done: VecDeque::new() })
     }
 
-    /// Reaps completions and tops every QP up to its depth.
+    /// Reaps completions and tops every QP up to its depth, a post list at
+    /// a time.
     fn play_tenants(&mut self) -> u64 {
         let mut done = 0;
         for t in &mut self.tenants {
-            while let Some(c) = t.handle.poll() {
-                if let Some(o) = t.outstanding.get_mut(c.qp as usize) {
-                    *o = o.saturating_sub(1);
+            while t.handle.poll_into(1024, &mut self.done) > 0 {
+                for c in self.done.drain(..) {
+                    if let Some(o) = t.outstanding.get_mut(c.qp as usize) {
+                        *o = o.saturating_sub(1);
+                    }
+                    done += 1;
                 }
-                done += 1;
             }
             for qp in 0..t.outstanding.len() {
-                while t.outstanding[qp] < t.depth {
-                    self.next_wr += 1;
-                    let wr = WorkRequest::write(self.next_wr, qp as u32, t.mr, t.size, t.remote);
-                    if t.handle.post(wr).is_err() {
+                while t.outstanding[qp] + t.list <= t.depth {
+                    self.list.clear();
+                    for _ in 0..t.list {
+                        self.next_wr += 1;
+                        self.list.push(WorkRequest::write(self.next_wr, qp as u32, t.mr, t.size, t.remote));
+                    }
+                    if t.handle.post_list(&self.list).is_err() {
                         break;
                     }
-                    t.outstanding[qp] += 1;
+                    t.outstanding[qp] += t.list;
                 }
             }
         }

@@ -2,11 +2,12 @@
 //! machine: `perf-runner calibrate-loop` runs it and writes the override
 //! file that `--loop-cost FILE` reads.
 //!
-//! - The loop's own figures (per round, per WQE posted, per CQE polled)
-//!   come from loads over the null RNIC ([`crate::load`], as the `dispatch`
+//! - The loop's own figures (per round, per WQE posted, per CQE polled,
+//!   per completion delivered) come from loads over the null RNIC ([`crate::load`], as the `dispatch`
 //!   and `scale` benches drive them): the wall time inside `round()` less
 //!   the time inside the policy's hooks (the loop's `policy_ns`), fitted by
-//!   least squares to the rounds, WQEs and CQEs each load ran. What the
+//!   least squares to the rounds, WQEs, CQEs and completions each load
+//!   ran. What the
 //!   timing itself adds is taken out: each timed interval (a round, a
 //!   policy hook) reads the clock inside it, so an empty interval measured
 //!   the same way ([`Calibration::timer_ns`], about 24 ns on a KVM guest's
@@ -85,6 +86,8 @@ pub struct LoadSample {
     pub wqes: u64,
     /// CQEs polled.
     pub cqes: u64,
+    /// Completions delivered to the tenants.
+    pub completions: u64,
     /// Policy hook calls (each timed, so each adds a clock read).
     pub calls: u64,
     /// Wall time inside `round()` less the policy's hooks and the timing's
@@ -141,17 +144,28 @@ pub struct Calibration {
     pub policies: Vec<PolicySample>,
 }
 
-/// The loads of the fit: few and many WQEs per round, one CQE per WQE
-/// (passthrough posts each message whole) and many WQEs per CQE (`perf`
-/// splits 1 MiB into 16 KiB chunks with zero-weight WRs beside a
+/// The loads of the fit: few and many WQEs per round, one CQE per message
+/// (passthrough posts each message of 1 KiB and more whole and signaled),
+/// one CQE per post list of 16 B messages (perftest's `-s 16 -l 32` over
+/// 10 QPs, experiment 4's message-rate tenant), and many WQEs per CQE
+/// (`perf` splits 1 MiB into 16 KiB chunks with zero-weight WRs beside a
 /// message-rate tenant).
-fn shapes() -> [(&'static str, &'static str, LoadShape); 4] {
-    let shape = |tenants, qps, depth, msg, sensitive| LoadShape { tenants, qps, depth, msg, sensitive, sq_depth: None };
+fn shapes() -> [(&'static str, &'static str, LoadShape); 5] {
+    let shape = |tenants, qps, depth, msg, sensitive, post_list| LoadShape {
+        tenants,
+        qps,
+        depth,
+        msg,
+        sensitive,
+        sq_depth: None,
+        post_list,
+    };
     [
-        ("passthrough 1x1 depth 1", "passthrough", shape(1, 1, 1, 16, Sensitive::None)),
-        ("passthrough 8x4 depth 16", "passthrough", shape(8, 4, 16, 65536, Sensitive::None)),
-        ("perf 1x1 depth 2 1MiB", "perf", shape(1, 1, 2, 1 << 20, Sensitive::None)),
-        ("perf 8x4 depth 2 1MiB +M", "perf", shape(8, 4, 2, 1 << 20, Sensitive::Message)),
+        ("passthrough 1x1 depth 1", "passthrough", shape(1, 1, 1, 16, Sensitive::None, 1)),
+        ("passthrough 8x4 depth 16", "passthrough", shape(8, 4, 16, 65536, Sensitive::None, 1)),
+        ("passthrough 1x10 16B list 32", "passthrough", shape(1, 10, 128, 16, Sensitive::None, 32)),
+        ("perf 1x1 depth 2 1MiB", "perf", shape(1, 1, 2, 1 << 20, Sensitive::None, 1)),
+        ("perf 8x4 depth 2 1MiB +M", "perf", shape(8, 4, 2, 1 << 20, Sensitive::Message, 1)),
     ]
 }
 
@@ -177,6 +191,7 @@ fn run_load(
         rounds: s.rounds,
         wqes: c1.wqes_posted - c0.wqes_posted,
         cqes: c1.cqes_polled - c0.cqes_polled,
+        completions: c1.completions - c0.completions,
         calls,
         loop_ns: (s.in_round.as_nanos() as f64 - policy_ns - timing_ns).max(0.0),
         fitted_ns: 0.0,
@@ -200,7 +215,8 @@ fn timed_load(name: &'static str, policy: &'static str, shape: LoadShape) -> Res
 fn step_sample(budget: Duration, timer_ns: f64, wqe_ns: f64) -> Result<StepSample, CalibrateError> {
     let name = "passthrough 1x1 depth 1, arrival steps";
     let load_err = |source: perf_dataplane::engine::EngineError| CalibrateError::Load { name, source };
-    let shape = LoadShape { tenants: 1, qps: 1, depth: 1, msg: 16, sensitive: Sensitive::None, sq_depth: None };
+    let shape =
+        LoadShape { tenants: 1, qps: 1, depth: 1, msg: 16, sensitive: Sensitive::None, sq_depth: None, post_list: 1 };
     let mut load = timed_load(name, "passthrough", shape)?;
     let warm = Instant::now();
     while warm.elapsed() < budget / 10 {
@@ -229,13 +245,13 @@ fn step_sample(budget: Duration, timer_ns: f64, wqe_ns: f64) -> Result<StepSampl
     Ok(StepSample { steps, wqes, calls, loop_ns, step_ns })
 }
 
-/// Least squares of `y ~ a x` over rows of three regressors, with each
+/// Least squares of `y ~ a x` over rows of `N` regressors, with each
 /// coefficient at least 0 (a negative one is fixed at 0 and the rest
 /// refitted).
-fn fit3(rows: &[([f64; 3], f64)]) -> [f64; 3] {
-    let mut free = [true; 3];
+fn fit<const N: usize>(rows: &[([f64; N], f64)]) -> [f64; N] {
+    let mut free = [true; N];
     loop {
-        let idx: Vec<usize> = (0..3).filter(|&k| free[k]).collect();
+        let idx: Vec<usize> = (0..N).filter(|&k| free[k]).collect();
         let n = idx.len();
         // Normal equations over the free columns, rows scaled by 1 / y so
         // that every load weighs alike (a relative fit).
@@ -250,11 +266,11 @@ fn fit3(rows: &[([f64; 3], f64)]) -> [f64; 3] {
             }
         }
         let sol = solve(m);
-        let mut a = [0.0; 3];
+        let mut a = [0.0; N];
         for (i, &k) in idx.iter().enumerate() {
             a[k] = sol[i];
         }
-        match (0..3).find(|&k| free[k] && a[k] < 0.0) {
+        match (0..N).find(|&k| free[k] && a[k] < 0.0) {
             Some(k) => free[k] = false,
             None => return a,
         }
@@ -363,12 +379,13 @@ pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, Calibrate
     for (name, policy, shape) in shapes() {
         loads.push(run_load(name, policy, shape, budget, timer_ns)?);
     }
-    let rows: Vec<([f64; 3], f64)> =
-        loads.iter().map(|l| ([l.rounds as f64, l.wqes as f64, l.cqes as f64], l.loop_ns)).collect();
-    let [round, wqe, cqe] = fit3(&rows);
+    let x = |l: &LoadSample| [l.rounds as f64, l.wqes as f64, l.cqes as f64, l.completions as f64];
+    let rows: Vec<([f64; 4], f64)> = loads.iter().map(|l| (x(l), l.loop_ns)).collect();
+    let a = fit(&rows);
     for l in &mut loads {
-        l.fitted_ns = round * l.rounds as f64 + wqe * l.wqes as f64 + cqe * l.cqes as f64;
+        l.fitted_ns = x(l).iter().zip(a).map(|(x, a)| x * a).sum();
     }
+    let [round, wqe, cqe, completion] = a;
     let steps = step_sample(budget, timer_ns, wqe)?;
     let policies = vec![policy_sample("perf", runs)?, policy_sample("wasm:perf", runs)?];
     let cost = LoopCost {
@@ -376,6 +393,7 @@ pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, Calibrate
         step_ps: ps(steps.step_ns),
         wqe_ps: ps(wqe),
         cqe_ps: ps(cqe),
+        completion_ps: ps(completion),
         native: policy_cost(&policies[0]),
         wasm: policy_cost(&policies[1]),
     };
@@ -388,23 +406,29 @@ mod tests {
 
     #[test]
     fn the_fit_recovers_a_known_model_and_keeps_coefficients_non_negative() {
-        let truth = [50.0, 20.0, 70.0];
-        let xs = [[100.0, 100.0, 100.0], [100.0, 4000.0, 4000.0], [100.0, 6400.0, 200.0], [1000.0, 9000.0, 300.0]];
-        let rows: Vec<([f64; 3], f64)> =
+        let truth = [50.0, 20.0, 70.0, 10.0];
+        let xs = [
+            [100.0, 100.0, 100.0, 100.0],
+            [100.0, 4000.0, 4000.0, 4000.0],
+            [100.0, 3200.0, 100.0, 3200.0],
+            [100.0, 6400.0, 200.0, 10.0],
+            [1000.0, 9000.0, 300.0, 500.0],
+        ];
+        let rows: Vec<([f64; 4], f64)> =
             xs.iter().map(|x| (*x, x.iter().zip(truth).map(|(a, b)| a * b).sum())).collect();
-        let a = fit3(&rows);
+        let a = fit(&rows);
         for (got, want) in a.iter().zip(truth) {
             assert!((got - want).abs() < 1e-6, "{a:?}");
         }
         // A load that costs less than its rounds alone would: no negative figure.
         let rows = [([1.0, 0.0, 0.0], 100.0), ([1.0, 10.0, 0.0], 50.0), ([0.0, 0.0, 1.0], 10.0)];
-        assert!(fit3(&rows).iter().all(|&c| c >= 0.0), "{:?}", fit3(&rows));
+        assert!(fit(&rows).iter().all(|&c| c >= 0.0), "{:?}", fit(&rows));
     }
 
     #[test]
     fn a_short_calibration_gives_a_model_with_every_loop_figure_measured() {
         let c = calibrate(Duration::from_millis(20), 3).expect("calibrates");
-        assert_eq!(c.loads.len(), 4);
+        assert_eq!(c.loads.len(), 5);
         assert!(c.loads.iter().all(|l| l.rounds > 0 && l.wqes > 0 && l.cqes > 0), "{:?}", c.loads);
         assert!(c.cost.wqe_ps + c.cost.cqe_ps + c.cost.round_ps > 0, "{:?}", c.cost);
         assert!(c.cost.wasm.call_ps > 0 && c.cost.native.call_ps > 0, "{:?}", c.cost);

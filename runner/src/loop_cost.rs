@@ -106,12 +106,13 @@ impl LoopReport {
         let m = &self.model;
         let ns = |ps: u64| ps as f64 / 1000.0;
         format!(
-            "loop: cost {} (round {:.1} ns, arrival step {:.1} ns, WQE {:.1} ns, CQE {:.1} ns; native / wasm policy: call {:.1} / {:.1} ns, tick {:.1} / {:.1} ns + {:.1} / {:.1} ns per tenant)",
+            "loop: cost {} (round {:.1} ns, arrival step {:.1} ns, WQE {:.1} ns, CQE {:.1} ns, completion {:.1} ns; native / wasm policy: call {:.1} / {:.1} ns, tick {:.1} / {:.1} ns + {:.1} / {:.1} ns per tenant)",
             self.source,
             ns(m.round_ps),
             ns(m.step_ps),
             ns(m.wqe_ps),
             ns(m.cqe_ps),
+            ns(m.completion_ps),
             ns(m.native.call_ps),
             ns(m.wasm.call_ps),
             ns(m.native.tick_ps),
@@ -133,7 +134,7 @@ pub struct CalibrateArgs {
     /// Where to write the model (TOML; `run --loop-cost FILE` reads it).
     #[arg(long, short = 'o', value_name = "FILE", default_value = "loop-cost.toml")]
     out: PathBuf,
-    /// Wall time each of the four loads runs, ms.
+    /// Wall time each of the five loads runs, ms.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     load_ms: u64,
     /// Runs of each policy-hook measurement (the median is kept).
@@ -155,16 +156,17 @@ pub fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
         c.timer_ns
     );
     println!(
-        "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
-        "load", "rounds", "WQEs", "CQEs", "calls", "loop ms", "fitted ms"
+        "{:<30} {:>10} {:>10} {:>10} {:>11} {:>10} {:>12} {:>12}",
+        "load", "rounds", "WQEs", "CQEs", "completions", "calls", "loop ms", "fitted ms"
     );
     for l in &c.loads {
         println!(
-            "{:<28} {:>10} {:>10} {:>10} {:>10} {:>12.3} {:>12.3}",
+            "{:<30} {:>10} {:>10} {:>10} {:>11} {:>10} {:>12.3} {:>12.3}",
             l.name,
             l.rounds,
             l.wqes,
             l.cqes,
+            l.completions,
             l.calls,
             l.loop_ns / 1e6,
             l.fitted_ns / 1e6

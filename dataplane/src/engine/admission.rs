@@ -66,10 +66,15 @@
 //! round.
 
 use super::fair_index::DirFacts;
+use super::qp::ChargedOp;
 use super::*;
 
 /// Bytes a tenant of weight 1 may admit per visit.
 const QUANTUM_BYTES: i64 = 16 * 1024;
+
+/// The most messages one admission posts as a post list
+/// ([`Dataplane::list_len`]): perftest's `-l 32`.
+const MAX_LIST: u32 = 32;
 
 /// In-flight bytes a tenant of weight 1 may hold whatever the others hold.
 const RESERVED_BYTES: u64 = 8 * 1024;
@@ -495,7 +500,8 @@ impl<R: Rnic> Dataplane<R> {
             return Ok(None);
         }
         let before = self.tenants[t].inflight[dir];
-        walk.did |= self.post_qp(qi, true, now, 1)?;
+        let list = self.list_len(t, qi, walk);
+        walk.did |= self.post_qp(qi, true, now, list)?;
         // What it has to admit changed: the index takes it again.
         self.ready.admit.insert(t);
         let charged = self.tenants[t].inflight[dir].saturating_sub(before);
@@ -506,6 +512,63 @@ impl<R: Rnic> Dataplane<R> {
         walk.total += charged;
         self.tenants[t].admitted_per_weight[dir] += charged as f64 / w as f64;
         Ok(Some(charged))
+    }
+
+    /// How many data WQEs QP `qi` of tenant `t` posts in this admission:
+    /// one, or a post list of the small whole messages at the head of its
+    /// queue (WRITE and SEND under [`split::GROUP_BYTES`]) that fit both
+    /// the budget's room and the tenant's deficit together, so a
+    /// message-rate tenant's messages enter the NIC as the lists it
+    /// posted them in, sharing one doorbell and one CQE, as they would
+    /// alone. What the list is charged is what its messages would have
+    /// been charged one by one.
+    ///
+    /// [`split::GROUP_BYTES`]: super::split::GROUP_BYTES
+    fn list_len(&self, t: usize, qi: usize, walk: &Walk) -> u32 {
+        let q = &self.qps[qi];
+        if walk.dir != 0 || q.cursor.is_some() {
+            return 1;
+        }
+        let budget = walk.budgets[0];
+        let room = if budget == 0 { u64::MAX } else { budget.saturating_sub(walk.total) };
+        let mut left = room.min(self.tenants[t].deficit[0].max(0) as u64);
+        let most = self.list_cap();
+        let mut n = 0u32;
+        for wr in &q.held {
+            let op = match wr.op {
+                RequestOp::Write { .. } | RequestOp::WriteImm { .. } => ChargedOp::Write,
+                RequestOp::Send => ChargedOp::Send,
+                _ => break,
+            };
+            if n >= most || wr.len as u64 >= split::GROUP_BYTES {
+                break;
+            }
+            let c = WindowCharge::data(wr.len, op, self.wqe_turn_bytes).bytes() as u64;
+            if c > left {
+                break;
+            }
+            left -= c;
+            n += 1;
+        }
+        n.max(1)
+    }
+
+    /// The most messages an admission's list holds: [`MAX_LIST`], and with
+    /// the loop charged no more than a quarter of a tenant's quantum of the
+    /// loop (`loop_share.rs`) takes to post and complete, so that the
+    /// tenants sharing the loop still take their turns in it a few
+    /// messages at a time (lists of half the quantum held experiment 4's
+    /// ping-pong to x1.6 of its p99 alone, and one beside 64 QPs of 8 B
+    /// WRITEs to x1.6; at a quarter both keep what they had with one
+    /// message per admission).
+    fn list_cap(&self) -> u32 {
+        if !self.loop_shared() {
+            return MAX_LIST;
+        }
+        let c = &self.cfg.loop_cost;
+        let message = c.wqe_ps.saturating_add(c.completion_ps).saturating_add(self.call_cost_ps()).max(1);
+        let quarter = self.loop_quantum_ps() as u64 / 4;
+        (quarter / message).clamp(1, MAX_LIST as u64) as u32
     }
 
     /// Tenant `t` found no room (in the READ responder's budget if

@@ -98,6 +98,55 @@ impl<T> BoundedTx<T> {
         Ok(())
     }
 
+    /// Moves as many of `from`'s messages as the channel has room for, in
+    /// order, under one lock; returns how many (0 once the receiver is
+    /// gone: they stay in `from`).
+    pub fn send_from(&self, from: &mut VecDeque<T>) -> usize {
+        let was_empty;
+        let n = {
+            let mut q = self.shared.q.lock();
+            if q.closed {
+                return 0;
+            }
+            was_empty = q.items.is_empty();
+            let n = from.len().min(self.shared.cap.saturating_sub(q.items.len()));
+            q.items.extend(from.drain(..n));
+            n
+        };
+        if was_empty && n > 0 {
+            if let Some((to, id)) = &self.arrivals {
+                to.0.lock().push(*id);
+            }
+        }
+        n
+    }
+
+    /// Sends all of `items` in order under one lock, or none of them if
+    /// the channel has not room for all (a post list is one item).
+    pub fn try_send_all(&self, items: &[T]) -> Result<(), TrySendError<()>>
+    where
+        T: Clone,
+    {
+        let was_empty = {
+            let mut q = self.shared.q.lock();
+            if q.closed {
+                return Err(TrySendError::Disconnected(()));
+            }
+            if q.items.len() + items.len() > self.shared.cap {
+                return Err(TrySendError::Full(()));
+            }
+            let was_empty = q.items.is_empty();
+            q.items.extend(items.iter().cloned());
+            was_empty
+        };
+        if was_empty && !items.is_empty() {
+            if let Some((to, id)) = &self.arrivals {
+                to.0.lock().push(*id);
+            }
+        }
+        Ok(())
+    }
+
     /// Messages waiting.
     pub fn len(&self) -> usize {
         self.shared.q.lock().items.len()

@@ -91,11 +91,15 @@ impl<R: Rnic> Dataplane<R> {
             };
             for wc in &wcs[..n] {
                 self.counters.cqes_polled += 1;
+                let delivered = self.counters.completions;
                 match which {
                     SharedCq::Send => self.on_send_wc(wc, now),
                     SharedCq::Recv => self.on_recv_wc(wc, now),
                 }
-                self.mark_step(1);
+                // The loop may look at its arrivals after each completion
+                // a CQE retires, not only after the CQE: one CQE of a post
+                // list retires up to its whole list.
+                self.mark_step(self.counters.completions - delivered);
             }
             did |= n > 0;
             budget -= n;

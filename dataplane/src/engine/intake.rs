@@ -2,7 +2,8 @@
 //! per-QP software queues (with ownership and bounds checks, and
 //! back-pressure when a tenant's held work reaches its queue's capacity),
 //! RECVs posted at once, refusals, and completions delivered to tenants
-//! (spilling into an overflow queue when a tenant does not poll). A round
+//! in batches (gathered in a per-tenant queue that also holds what a
+//! tenant that does not poll has no room for). A round
 //! drains only the tenants whose channel announced requests and flushes
 //! only the tenants with an overflow (the `intake` and `overflow` ready
 //! sets, `ready.rs`).
@@ -22,32 +23,21 @@ impl<R: Rnic> Dataplane<R> {
         // A completion may end a QP's hold on its slot or a host hand-off's
         // drain.
         self.ready.manage.insert(t);
-        if !ts.overflow.is_empty() {
-            ts.overflow.push_back(c);
-            return;
-        }
-        match ts.cpl_tx.try_send(c) {
-            Ok(()) => {}
-            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
-                ts.overflow.push_back(c);
-                self.ready.overflow.insert(t);
-            }
-        }
+        // Delivered in a batch, one lock of the tenant's queue per flush
+        // (`Dataplane::flush_overflow`, at the end of each round and step).
+        ts.overflow.push_back(c);
+        self.ready.overflow.insert(t);
     }
 
+    /// Hands each tenant's waiting completions to its queue, as many as
+    /// it has room for, in order. Returns whether any went.
     pub(super) fn flush_overflow(&mut self) -> bool {
         let mut did = false;
         let mut i = 0;
         while let Some(t) = self.ready.overflow.next_from(i) {
             i = t + 1;
             let Some(ts) = self.tenants.get_mut(t) else { break };
-            while let Some(c) = ts.overflow.pop_front() {
-                if let Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) = ts.cpl_tx.try_send(c) {
-                    ts.overflow.push_front(c);
-                    break;
-                }
-                did = true;
-            }
+            did |= ts.cpl_tx.send_from(&mut ts.overflow) > 0;
             if ts.overflow.is_empty() {
                 self.ready.overflow.remove(t);
             }
@@ -88,6 +78,8 @@ impl<R: Rnic> Dataplane<R> {
             // still allow (a request adds at most one to `held`), so a batch
             // is never cut short.
             let mut batch = std::mem::take(&mut self.scratch.batch);
+            // The ready sets learn of each QP once per run of its requests.
+            let mut marked = usize::MAX;
             loop {
                 if taken >= most || held >= bound || unpolled >= bound {
                     break;
@@ -134,8 +126,11 @@ impl<R: Rnic> Dataplane<R> {
                 let depth = q.depth();
                 let tick = &mut self.tenants[t].tick;
                 tick.max_depth = tick.max_depth.max(depth);
-                self.mark_post(qi);
-                self.mark_manage(t);
+                if marked != qi {
+                    marked = qi;
+                    self.mark_post(qi);
+                    self.mark_manage(t);
+                }
             }
             debug_assert!(batch.is_empty(), "a batch is taken whole");
             self.scratch.batch = batch;

@@ -81,7 +81,11 @@ impl<R: Rnic> Dataplane<R> {
     /// a message posted whole costs.
     pub(super) fn loop_quantum_ps(&self) -> i64 {
         let c = &self.cfg.loop_cost;
-        let message = c.wqe_ps.saturating_add(c.cqe_ps).saturating_add(c.native.call_ps.max(c.wasm.call_ps));
+        let message = c
+            .wqe_ps
+            .saturating_add(c.cqe_ps)
+            .saturating_add(c.completion_ps)
+            .saturating_add(c.native.call_ps.max(c.wasm.call_ps));
         c.round_ps.saturating_mul(QUANTUM_ROUNDS).max(message).clamp(1, i64::MAX as u64) as i64
     }
 
@@ -112,10 +116,16 @@ impl<R: Rnic> Dataplane<R> {
         }
     }
 
-    /// What posting `wqes` WQEs, `signaled` of them signaled, costs the loop, ps.
-    pub(super) fn post_cost_ps(&self, wqes: u64, signaled: u64) -> u64 {
+    /// What posting `wqes` WQEs, `signaled` of them signaled and ending
+    /// `messages` application messages, costs the loop, ps: the WQEs now,
+    /// the CQEs and the completions' delivery later, but this tenant's
+    /// doing.
+    pub(super) fn post_cost_ps(&self, wqes: u64, signaled: u64, messages: u64) -> u64 {
         let c = &self.cfg.loop_cost;
-        c.wqe_ps.saturating_mul(wqes).saturating_add(c.cqe_ps.saturating_mul(signaled))
+        c.wqe_ps
+            .saturating_mul(wqes)
+            .saturating_add(c.cqe_ps.saturating_mul(signaled))
+            .saturating_add(c.completion_ps.saturating_mul(messages))
     }
 
     /// What a policy call costs the loop, ps.

@@ -48,7 +48,7 @@ mod tick;
 
 use std::collections::VecDeque;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use perf_policy_sdk::{Pacing, RequestInfo, RequestOp as PolicyOp, TenantClass, TenantInfo, TenantPlan, TenantStats};
 
 use crate::policy::PolicyHost;
@@ -63,6 +63,7 @@ pub use pinned::PinReport;
 use qp::{Cursor, DpQp, Meta, WindowCharge};
 use ready::{IndexSet, Ready};
 use recovery::SharedCq;
+pub use split::GROUP_BYTES;
 use split::{emit_chunk, WqeSink, WqeSpec};
 pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
@@ -222,6 +223,8 @@ struct TenantState {
     pd: PdHandle,
     req_rx: BoundedRx<WorkRequest>,
     cpl_tx: BoundedTx<Completion>,
+    /// Completions waiting to go to the tenant: the round's, delivered
+    /// in one batch at its end, and those its full queue had no room for.
     overflow: VecDeque<Completion>,
     qps: Vec<usize>,
     mrs: Vec<Mr>,
@@ -810,6 +813,8 @@ impl<R: Rnic> Dataplane<R> {
         if !poll_first {
             did |= self.poll_completions(now)?;
         }
+        // The round's completions go to their tenants in one batch each.
+        did |= self.flush_overflow();
         if did {
             self.counters.busy_rounds += 1;
         }
@@ -848,6 +853,7 @@ impl<R: Rnic> Dataplane<R> {
         let mut did = self.drain_requests(now);
         self.manage_active_sets(now)?;
         did |= self.post_all(now)?;
+        did |= self.flush_overflow();
         Ok(did)
     }
 

@@ -125,6 +125,7 @@ impl<R: Rnic> Dataplane<R> {
         let cq_bound = cq_bound || room < sq_room;
         let mut chunks = 0u32;
         let mut held = false;
+        let mut grouped = 0u64;
         while allowed && !self.qps[qi].failed && chunks < max_chunks {
             if !self.loop_may_post(t) {
                 // Work left for the next round: this one counts as busy.
@@ -200,8 +201,14 @@ impl<R: Rnic> Dataplane<R> {
             let Some(cur) = q.cursor.as_mut() else { break };
             let before = specs.len();
             let since_before = q.since_signal;
-            let mut sink =
-                WqeSink { zero_weight, signal_every, since_signal: &mut q.since_signal, out: &mut specs, turn_bytes };
+            let mut sink = WqeSink {
+                zero_weight,
+                signal_every,
+                since_signal: &mut q.since_signal,
+                out: &mut specs,
+                turn_bytes,
+                grouped_bytes: grouped,
+            };
             match emit_chunk(cur, room, &mut sink) {
                 None => {
                     if cq_bound {
@@ -228,9 +235,14 @@ impl<R: Rnic> Dataplane<R> {
                         self.tenants[t].charge_window(c, plan.windowed().then_some(&mut self.windowed_inflight));
                     }
                     if plan.windowed() {
-                        let step = WindowedStep { probe, message_end: done, since_before };
+                        // The message's end needs a signal where grouping
+                        // says so (`split::GROUP_BYTES`); the list's seal
+                        // covers the rest.
+                        let message_end = done && specs[before..].iter().any(|s| s.signaled && s.meta.is_app());
+                        let step = WindowedStep { probe, message_end, since_before };
                         self.signal_windowed(qi, step, signal_every, &mut specs[before..]);
                     }
+                    grouped = split::grouped_after(grouped, &specs[before..]);
                     let q = &mut self.qps[qi];
                     if done {
                         q.cursor = None;
@@ -238,9 +250,10 @@ impl<R: Rnic> Dataplane<R> {
                         q.active_requests += 1;
                         q.active_bytes += msg_len;
                     }
-                    // Charged as built, so the credit stops the list.
+                    // Charged as built, so the credit stops the list (a
+                    // list sealed later pays for its seal when posted).
                     let signaled = specs[before..].iter().filter(|s| s.signaled).count() as u64;
-                    let ps = self.post_cost_ps((specs.len() - before) as u64, signaled);
+                    let ps = self.post_cost_ps((specs.len() - before) as u64, signaled, done as u64);
                     self.precharge_loop(t, ps);
                 }
             }
@@ -277,9 +290,11 @@ impl<R: Rnic> Dataplane<R> {
             self.settle_loop(t, 0);
             return Ok(false);
         }
-        // Seal the list with a signal if the unsignaled tail grew long.
+        // Seal the list with a signal if the unsignaled tail grew long, or
+        // if a message at its end would otherwise wait for the next list.
+        let seal = q.since_signal >= signal_every || split::ends_unsignaled(&specs);
         if let Some(last) = specs.last_mut() {
-            if q.since_signal >= signal_every {
+            if seal {
                 last.signaled = true;
                 q.since_signal = 0;
                 self.uncovered_bytes -= std::mem::take(&mut q.unsignaled_bytes);
@@ -350,7 +365,8 @@ impl<R: Rnic> Dataplane<R> {
         }
         q.next_seq = base + posted as u64;
         let signaled = specs.iter().take(posted).filter(|s| s.signaled).count() as u64;
-        let ps = self.post_cost_ps(posted as u64, signaled);
+        let messages = specs.iter().take(posted).filter(|s| s.meta.is_app()).count() as u64;
+        let ps = self.post_cost_ps(posted as u64, signaled, messages);
         self.settle_loop(t, ps);
         self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;

@@ -37,6 +37,13 @@ pub(crate) enum Meta {
     App { wr_id: u64, len: u32, posted_ns: u64 },
 }
 
+impl Meta {
+    /// Whether it ends an application message.
+    pub(crate) fn is_app(&self) -> bool {
+        matches!(self, Meta::App { .. })
+    }
+}
+
 /// What a posted WQE holds of its tenant's in-flight windows
 /// ([`perf_policy_sdk::TenantPlan::window_kib`]) until it is retired.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -36,6 +36,7 @@ pub(crate) struct IndexSet {
 
 impl IndexSet {
     /// Adds `i`.
+    #[inline]
     pub fn insert(&mut self, i: usize) {
         let w = i / 64;
         if w >= self.words.len() {
@@ -45,6 +46,7 @@ impl IndexSet {
     }
 
     /// Removes `i`.
+    #[inline]
     pub fn remove(&mut self, i: usize) {
         if let Some(w) = self.words.get_mut(i / 64) {
             *w &= !(1 << (i % 64));
@@ -52,6 +54,7 @@ impl IndexSet {
     }
 
     /// The smallest member at least `i`.
+    #[inline]
     pub fn next_from(&self, i: usize) -> Option<usize> {
         let mut w = i / 64;
         let mut bits = self.words.get(w)? & (!0u64 << (i % 64));
@@ -65,6 +68,7 @@ impl IndexSet {
     }
 
     /// The smallest member at least `i` and below `n`.
+    #[inline]
     pub fn next_below(&self, i: usize, n: usize) -> Option<usize> {
         self.next_from(i).filter(|&m| m < n)
     }
@@ -182,6 +186,7 @@ impl<R: Rnic> Dataplane<R> {
     /// QP `qi` may have something to post (or admit). A QP of a tenant
     /// whose pacing pauses it could post only control WQEs: without any, it
     /// waits for the pacing to change (which marks the whole tenant).
+    #[inline]
     pub(super) fn mark_post(&mut self, qi: usize) {
         let q = &self.qps[qi];
         let t = q.tenant as usize;
@@ -192,6 +197,7 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     /// Tenant `t`'s active QP set may change.
+    #[inline]
     pub(super) fn mark_manage(&mut self, t: usize) {
         self.ready.manage.insert(t);
     }

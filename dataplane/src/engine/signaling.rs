@@ -16,9 +16,11 @@ const SIGNAL_LOOP_SHARE: f64 = 0.05;
 pub(super) struct WindowedStep {
     /// Timed for the pipeline delay (`pipeline.rs`): its own CQE.
     pub probe: bool,
-    /// The last step of its message: signaled, so that the message
-    /// completes to its tenant when it is done and a tenant's messages
-    /// cost the loop what they cost alone.
+    /// The last step of a message that needs its own signal
+    /// (`split::GROUP_BYTES`): signaled, so that the message completes to
+    /// its tenant when it is done and a tenant's messages cost the loop
+    /// what they cost alone. A smaller message's end is covered by a later
+    /// signal of its post list (the list's seal, `post.rs`).
     pub message_end: bool,
     /// The QP's unsignaled WQEs before the step.
     pub since_before: u32,
@@ -58,8 +60,8 @@ impl<R: Rnic> Dataplane<R> {
     /// signaled when its QP has [`Dataplane::signal_bounds`]' bytes
     /// unsignaled, when the uncovered bytes of all QPs would pass their
     /// bound, when it is timed for the pipeline delay, when the send queue
-    /// needs a signal, and when it ends its message (so only the chunks of
-    /// a split message go unsignaled, and the message's end covers them).
+    /// needs a signal, and when it ends a message that needs its own
+    /// signal (so a split message's end covers its chunks).
     pub(super) fn signal_windowed(&mut self, qi: usize, step: WindowedStep, signal_every: u32, specs: &mut [WqeSpec]) {
         let (signal_bytes, cap) = (self.signal_bytes, self.uncovered_cap);
         let q = &mut self.qps[qi];

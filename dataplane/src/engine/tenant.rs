@@ -2,6 +2,8 @@
 //! crosses the bounded queues between it and the dataplane loop
 //! ([`WorkRequest`] in, [`Completion`] out; see `chan.rs`).
 
+use std::collections::VecDeque;
+
 use crossbeam_channel::TrySendError;
 
 use super::chan::{BoundedRx, BoundedTx};
@@ -124,9 +126,25 @@ impl TenantHandle {
         })
     }
 
+    /// Posts a post list: all of `wrs`, in order, as one item (one lock of
+    /// the request queue), or none of them if the queue has not room for
+    /// all.
+    pub fn post_list(&self, wrs: &[WorkRequest]) -> Result<(), PostRefused> {
+        self.req_tx.try_send_all(wrs).map_err(|e| match e {
+            TrySendError::Full(()) => PostRefused::Full,
+            TrySendError::Disconnected(()) => PostRefused::Stopped,
+        })
+    }
+
     /// Takes the next completion, if one is waiting.
     pub fn poll(&self) -> Option<Completion> {
         self.cpl_rx.try_recv()
+    }
+
+    /// Takes up to `max` waiting completions into `out`, in order, under
+    /// one lock; returns how many.
+    pub fn poll_into(&self, max: usize, out: &mut VecDeque<Completion>) -> usize {
+        self.cpl_rx.recv_into(max, out)
     }
 
     /// Requests queued towards the dataplane.

@@ -219,13 +219,16 @@ fn a_charged_loop_signals_a_windowed_stream_once_per_several_chunks() {
     // a free loop each chunk is signaled, its CQE giving its bytes back;
     // charged, a CQE costs the loop about a sixth of the chunk's wire
     // time, so a QP signals once per several chunks, the message's end
-    // always. (4 ms: the budget starts at 40% of its size and grows back
+    // always. (The CQE is priced at 100 ns here: how often a QP signals
+    // follows that price, and at a cheaper one every chunk may be signaled
+    // within the loop's share. 4 ms: the budget starts at 40% of its size and grows back
     // over `grow_ticks` ticks of 50 us, 1.6 ms, and a smaller budget
     // leaves less uncovered.)
     let until_ns = 4_000_000;
     let fairshare = Pol::Named("fairshare");
     let free = run(fairshare, 1 << 20, Some(LoopCost::ZERO), until_ns);
-    let charged = run(fairshare, 1 << 20, Some(LoopCost::MEASURED), until_ns);
+    let cost = LoopCost { cqe_ps: 100_000, ..LoopCost::MEASURED };
+    let charged = run(fairshare, 1 << 20, Some(cost), until_ns);
     for (name, o) in [("free", &free), ("charged", &charged)] {
         assert!(o.done >= 20, "{name}: {} completions", o.done);
         assert_eq!(o.counters.completions, o.done, "{name}: every completion delivered once");

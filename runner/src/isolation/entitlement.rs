@@ -12,7 +12,10 @@
 //!   (per turn of a message larger than `turn_max_bytes`);
 //! - the dataplane loop's core, when its work is charged to the clock
 //!   (`--loop-cost`, `docs/loop-cost.md`): a message posted whole costs it
-//!   one WQE, one CQE and one policy call (a native policy's). With a free
+//!   one WQE, one completion, one policy call (a native policy's) and its
+//!   share of a CQE: small messages of a post list share one
+//!   ([`GROUP_BYTES`]), the others have one each; a ping-pong's message
+//!   also pays the arrival step (or round) that takes it in. With a free
 //!   loop this bottleneck costs nothing and never fills, so the
 //!   entitlements are those of the three NIC bottlenecks alone.
 //!
@@ -23,7 +26,7 @@
 //! is weighted max-min fairness where one bottleneck binds). See
 //! `docs/isolation.md`.
 
-use perf_dataplane::engine::LoopCost;
+use perf_dataplane::engine::{LoopCost, GROUP_BYTES};
 use perf_dataplane::rnic::sim::RnicProfile;
 use perf_dataplane::traffic::TestOp;
 use serde::Serialize;
@@ -57,8 +60,7 @@ impl Costs {
         let sizes = support(&spec.sizes);
         let total_w: f64 = sizes.iter().map(|&(_, w)| w).sum::<f64>().max(f64::MIN_POSITIVE);
         let mut per_msg = [0.0; 4];
-        let loop_ps = loop_cost.wqe_ps + loop_cost.cqe_ps + loop_cost.native.call_ps;
-        per_msg[NIC_BOTTLENECKS] = loop_ps as f64 / 1e12;
+        let loop_ps = (loop_cost.wqe_ps + loop_cost.completion_ps + loop_cost.native.call_ps) as f64;
         let mut mean_bytes = 0.0;
         let frame = (profile.header_bytes + profile.preamble_ifg_bytes) as u64;
         let sec = |frame_bytes: u64| profile.wire_ps(frame_bytes) as f64 / 1e12;
@@ -80,6 +82,17 @@ impl Costs {
             per_msg[0] += f * sec(req);
             per_msg[1] += f * sec(resp);
             per_msg[2] += f * (wqe * profile.sched_wqe_ps) as f64 / 1e12;
+            // Messages per CQE: a list's small messages up to GROUP_BYTES
+            // of them (a ping-pong's lone message has its own).
+            // A ping-pong's lone request is taken in by a round or an
+            // arrival step of its own, whose fixed cost it pays.
+            let (list, lone_ps) = match spec.kind {
+                Kind::Lat => (1, loop_cost.step_ps as f64),
+                _ => (spec.post_list.max(1) as u64, 0.0),
+            };
+            let per_cqe = list.min(GROUP_BYTES.div_ceil(len.max(1))).max(1);
+            let msg_ps = loop_ps + lone_ps + loop_cost.cqe_ps as f64 / per_cqe as f64;
+            per_msg[NIC_BOTTLENECKS] += f * msg_ps / 1e12;
             mean_bytes += f * len as f64;
         }
         Costs { per_msg, mean_bytes }
@@ -283,9 +296,15 @@ mod tests {
         let m = TenantSpec::new("m", Kind::Bw, TestOp::Write, 16);
         let c = Costs::of(&p, &m, &LoopCost::MEASURED);
         let l = LoopCost::MEASURED;
-        assert_eq!(c.per_msg[3], (l.wqe_ps + l.cqe_ps + l.native.call_ps) as f64 / 1e12);
+        // Posted one at a time: a CQE of its own per message.
+        let one = (l.wqe_ps + l.completion_ps + l.cqe_ps + l.native.call_ps) as f64 / 1e12;
+        assert!((c.per_msg[3] - one).abs() < 1e-18, "{c:?}");
+        // In lists of 32, the list's 16 B messages share one.
+        let listed = Costs::of(&p, &TenantSpec { post_list: 32, ..m.clone() }, &l);
+        let share = (l.wqe_ps + l.completion_ps + l.native.call_ps) as f64 + l.cqe_ps as f64 / 32.0;
+        assert!((listed.per_msg[3] - share / 1e12).abs() < 1e-18, "{listed:?}");
         // Each alone posts what the loop allows; together they halve it.
-        let alone = 1e12 / (l.wqe_ps + l.cqe_ps + l.native.call_ps) as f64;
+        let alone = 1.0 / one;
         let e = water_fill(&[
             Claim { costs: c, demand_per_s: alone, weight: 1.0 },
             Claim { costs: c, demand_per_s: alone, weight: 1.0 },
