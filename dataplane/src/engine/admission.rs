@@ -517,7 +517,8 @@ impl<R: Rnic> Dataplane<R> {
     /// How many data WQEs QP `qi` of tenant `t` posts in this admission:
     /// one, or a post list of the small whole messages at the head of its
     /// queue (WRITE and SEND under [`split::GROUP_BYTES`]) that fit both
-    /// the budget's room and the tenant's deficit together, so a
+    /// the room (the budget's, or the tenant's reservation's when the
+    /// budget is full) and the tenant's deficit together, so a
     /// message-rate tenant's messages enter the NIC as the lists it
     /// posted them in, sharing one doorbell and one CQE, as they would
     /// alone. What the list is charged is what its messages would have
@@ -530,7 +531,15 @@ impl<R: Rnic> Dataplane<R> {
             return 1;
         }
         let budget = walk.budgets[0];
-        let room = if budget == 0 { u64::MAX } else { budget.saturating_sub(walk.total) };
+        // The budget's room, or with the budget full the tenant's own
+        // reservation's (what `needs_no_room` lets it post past the budget).
+        let room = if budget == 0 {
+            u64::MAX
+        } else {
+            let w = self.tenants[t].weight.max(1) as u64;
+            let reserved = (budget * w / walk.weights.max(1)).min(RESERVED_BYTES * w);
+            budget.saturating_sub(walk.total).max(reserved.saturating_sub(self.tenants[t].inflight[0]))
+        };
         let mut left = room.min(self.tenants[t].deficit[0].max(0) as u64);
         let most = self.list_cap();
         let mut n = 0u32;

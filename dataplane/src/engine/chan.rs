@@ -229,6 +229,29 @@ mod tests {
     }
 
     #[test]
+    fn a_list_goes_whole_or_not_at_all_and_a_batch_as_far_as_there_is_room() {
+        let arrivals = Arrivals::default();
+        let mut ids = Vec::new();
+        let (tx, rx) = bounded::<u32>(4, Some((arrivals.clone(), 3)));
+        tx.try_send_all(&[1, 2, 3]).expect("room for three");
+        assert!(matches!(tx.try_send_all(&[4, 5]), Err(TrySendError::Full(()))), "no room for both");
+        assert_eq!(tx.len(), 3, "a refused list leaves nothing behind");
+        arrivals.take(&mut ids);
+        assert_eq!(ids, vec![3], "a list announces itself once");
+        let mut from: VecDeque<u32> = (4..8).collect();
+        assert_eq!(tx.send_from(&mut from), 1, "one slot left");
+        assert_eq!(from, [5, 6, 7], "the rest stays, in order");
+        let mut out = VecDeque::new();
+        assert_eq!(rx.recv_into(10, &mut out), 4);
+        assert_eq!(out, [1, 2, 3, 4]);
+        assert_eq!(tx.send_from(&mut from), 3);
+        drop(rx);
+        let mut more: VecDeque<u32> = [9].into();
+        assert_eq!(tx.send_from(&mut more), 0, "the receiver is gone");
+        assert!(matches!(tx.try_send_all(&[9]), Err(TrySendError::Disconnected(()))));
+    }
+
+    #[test]
     fn a_drained_burst_gives_its_memory_back() {
         let (tx, rx) = bounded::<u64>(10_000, None);
         for v in 0..5000 {

@@ -18,6 +18,7 @@ mod policy_suite;
 mod policy_swap;
 mod ready_sets;
 mod send_rendezvous;
+mod signaling;
 mod sim_faults;
 mod sim_props;
 mod sim_semantics;
