@@ -10,7 +10,7 @@
 //! answers one connection at a time, through the dataplane's
 //! [`OperatorHandle`], which the loop serves at its round boundaries.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +30,11 @@ use serde_json::{json, Value};
 pub fn default_socket() -> PathBuf {
     std::env::var_os("PERF_RUNNER_CTL").map_or_else(|| PathBuf::from("perf-runner.sock"), PathBuf::from)
 }
+
+/// The longest request line the control socket reads (a policy's path
+/// fits many times over); a longer one is refused, and what follows it is
+/// never read.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// How long the server waits for the loop to answer, or for a swap to be
 /// prepared and applied.
@@ -192,10 +197,14 @@ fn serve(stream: UnixStream, op: &OperatorHandle, started: Instant) -> anyhow::R
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
-    let answer = match serde_json::from_str::<Request>(line.trim()) {
-        Ok(req) => answer(&req, op, started),
-        Err(e) => json!({"ok": false, "error": format!("bad request {:?}: {e}", line.trim())}),
+    BufReader::new(&stream).take(MAX_REQUEST_BYTES as u64 + 1).read_line(&mut line)?;
+    let answer = if line.len() > MAX_REQUEST_BYTES {
+        json!({"ok": false, "error": format!("a request line is at most {MAX_REQUEST_BYTES} bytes")})
+    } else {
+        match serde_json::from_str::<Request>(line.trim()) {
+            Ok(req) => answer(&req, op, started),
+            Err(e) => json!({"ok": false, "error": format!("bad request {:?}: {e}", line.trim())}),
+        }
     };
     let mut out = &stream;
     writeln!(out, "{answer}")?;

@@ -52,10 +52,20 @@ pub struct Realtime {
     pub live: bool,
 }
 
-/// The core the dataplane spins on unless told: the last one, away from
-/// core 0 where the system and the tenants' threads mostly run.
-fn default_core() -> Option<usize> {
-    core_affinity::get_core_ids().and_then(|ids| ids.iter().map(|c| c.id).max())
+/// The core the dataplane spins on: `asked` (`--core`), which must be one
+/// of this machine's, or else the last one, away from core 0 where the
+/// system and the tenants' threads mostly run. `None` where the machine
+/// does not say which cores it has.
+pub fn pick_core(asked: Option<usize>) -> anyhow::Result<Option<usize>> {
+    let ids: Vec<usize> = core_affinity::get_core_ids().unwrap_or_default().iter().map(|c| c.id).collect();
+    match asked {
+        Some(c) if !ids.is_empty() && !ids.contains(&c) => {
+            let (lo, hi) = (ids.iter().min().copied().unwrap_or(0), ids.iter().max().copied().unwrap_or(0));
+            anyhow::bail!("--core {c}: this process may run on cores {lo} to {hi} only")
+        }
+        Some(c) => Ok(Some(c)),
+        None => Ok(ids.iter().max().copied()),
+    }
 }
 
 /// A tenant's thread: polls its app until the end, then until nothing is
@@ -126,7 +136,7 @@ pub fn run_realtime(
     let Wired { fabric, mut dp, tenants, peers, end_ns, mut nic_timeline } =
         wire(sc, policy, hw, ClockMode::Wall, opts)?;
     let op = dp.operator_handle();
-    let core = rt.core.or_else(default_core);
+    let core = pick_core(rt.core)?;
     let stop_loop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let dp_thread = dp.run_pinned(core, stop_loop.clone()).context("starting the dataplane thread")?;

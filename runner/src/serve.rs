@@ -120,17 +120,31 @@ struct TenantsFile {
     tenant: Vec<TenantEntry>,
 }
 
+/// The most bytes a tenant's name has.
+const MAX_TENANT_NAME: usize = 64;
+
+/// A tenant name is 1 to [`MAX_TENANT_NAME`] printable ASCII characters
+/// without spaces: it appears in logs, `ctl stats` lines and metric
+/// labels, where a newline, a control character or a bidirectional
+/// override would forge or hide what an operator reads.
+fn check_tenant_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_TENANT_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        let shown: String = name.chars().take(MAX_TENANT_NAME).collect();
+        return Err(format!(
+            "tenant name {shown:?}{}: 1 to {MAX_TENANT_NAME} printable ASCII characters, no spaces",
+            if name.chars().count() > MAX_TENANT_NAME { "..." } else { "" }
+        ));
+    }
+    Ok(())
+}
+
 /// Reads and checks the tenants file.
 fn load_tenants(path: &Path) -> anyhow::Result<Vec<TenantEntry>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("tenants file {}", path.display()))?;
     let file: TenantsFile = toml::from_str(&text).with_context(|| format!("tenants file {}", path.display()))?;
     for (i, t) in file.tenant.iter().enumerate() {
-        if t.name.is_empty() || t.name.len() > 64 || t.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            anyhow::bail!(
-                "tenants file {}: tenant {i}: name {:?} (1-64 characters, no spaces)",
-                path.display(),
-                t.name
-            );
+        if let Err(why) = check_tenant_name(&t.name) {
+            anyhow::bail!("tenants file {}: tenant {i}: {why}", path.display());
         }
         if t.weight == 0 {
             anyhow::bail!("tenants file {}: tenant {:?}: weight 0 (at least 1)", path.display(), t.name);
@@ -151,6 +165,9 @@ fn resolve_tenant(
     asked: Option<&str>,
 ) -> Result<(String, u32), String> {
     let Some(tenants) = tenants else {
+        if let Some(a) = asked {
+            check_tenant_name(a)?;
+        }
         return Ok((asked.map_or_else(|| format!("pid{pid}"), str::to_string), 1));
     };
     let mine: Vec<&TenantEntry> = tenants.iter().filter(|t| t.uid == uid).collect();
@@ -784,6 +801,7 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
 /// `perf-runner serve`.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let tenants = a.tenants.as_deref().map(load_tenants).transpose()?;
+    let core = crate::realtime::pick_core(a.core)?;
     let profile = RnicProfile::by_name(&a.profile).with_context(|| {
         format!("--profile: unknown RNIC profile {:?} (known: {})", a.profile, RnicProfile::NAMES.join(", "))
     })?;
@@ -834,7 +852,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         broken: 0,
         waiting: Vec::new(),
     };
-    let core = a.core.or_else(|| core_affinity::get_core_ids().and_then(|ids| ids.iter().map(|c| c.id).max()));
     let stop_loop = Arc::new(AtomicBool::new(false));
     let dp_thread = dp
         .run_pinned_with(core, stop_loop.clone(), move |dp| Ok(hub.between(dp)))
@@ -922,4 +939,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::bail!("{left} requests were still in flight after {} s of draining", a.drain_secs);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_name_that_could_forge_a_line_or_hide_itself_is_refused() {
+        for good in ["bulk", "t0", "M_multi", "team-a.svc#2", &"x".repeat(MAX_TENANT_NAME)] {
+            assert!(check_tenant_name(good).is_ok(), "{good:?}");
+        }
+        let long = "y".repeat(60_000);
+        for bad in ["", "a b", "a\tb", "ok\npolicy passthrough", "evil\u{202e}txt", "caf\u{e9}", long.as_str()] {
+            let e = check_tenant_name(bad).expect_err(bad);
+            assert!(e.contains("printable ASCII") && e.len() < 200, "{e}");
+        }
+        // A client that asks for such a name is refused before it is a tenant.
+        let e = resolve_tenant(None, 1000, 7, Some("a\nb")).expect_err("refused");
+        assert!(e.contains("printable ASCII"), "{e}");
+        assert_eq!(resolve_tenant(None, 1000, 7, None), Ok(("pid7".to_string(), 1)));
+    }
 }

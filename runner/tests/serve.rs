@@ -56,7 +56,7 @@ fn main() {
         return;
     }
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
-    let tests: [(&str, fn()); 10] = [
+    let tests: [(&str, fn()); 11] = [
         ("two_pairs_of_client_processes_move_every_message_once_in_order_with_its_bytes", two_pairs),
         ("a_client_killed_mid_run_is_cleaned_up_and_the_others_lose_nothing", killed_client),
         ("garbage_in_a_request_ring_errors_that_tenant_only", garbage_ring),
@@ -67,6 +67,7 @@ fn main() {
         ("a_send_waiting_for_its_recv_keeps_the_daemons_policy", hostile::rnr_keeps_the_policy),
         ("a_huge_write_does_not_hold_a_light_tenant", hostile::big_write_beside_a_light_tenant),
         ("serve_never_replaces_a_file_that_is_not_a_stale_socket", hostile::socket_path_holds_a_file),
+        ("the_control_socket_bounds_its_lines_and_the_modules_it_reads", hostile::ctl_bounds_what_it_reads),
     ];
     let mut ran = 0;
     for (name, f) in tests {

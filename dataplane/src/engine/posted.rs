@@ -70,6 +70,7 @@ impl Posted {
 
     /// Records WQE `seq`, the next after the last recorded (the first
     /// after an empty ledger may start anywhere).
+    #[inline]
     pub(crate) fn push(&mut self, seq: u64, meta: Meta, charge: WindowCharge) {
         if self.wqes == 0 {
             self.front = seq;
@@ -94,6 +95,7 @@ impl Posted {
     }
 
     /// Retires the oldest WQE: its sequence number, meaning and charge.
+    #[inline]
     pub(crate) fn pop_front(&mut self) -> Option<(u64, Meta, WindowCharge)> {
         let run = self.runs.front_mut()?;
         let (kind, charge) = (run.kind, run.charge);
@@ -110,6 +112,7 @@ impl Posted {
     /// Retires at once the hidden WQEs at the front that come before the
     /// WQE whose sequence number is `seq_low` in `mask`'s bits (one run at
     /// most): how many, and what they held of the windows together.
+    #[inline]
     pub(crate) fn retire_hidden_before(&mut self, seq_low: u64, mask: u64) -> (u64, [u64; 2]) {
         let Some(run) = self.runs.front_mut() else { return (0, [0; 2]) };
         if run.kind != Kind::Hidden {
@@ -128,6 +131,7 @@ impl Posted {
     }
 
     /// The [`Meta`] of a WQE of `kind` being retired (its record taken).
+    #[inline]
     fn meta(&mut self, kind: Kind) -> Meta {
         match kind {
             Kind::Hidden => Meta::Hidden,

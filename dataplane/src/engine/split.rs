@@ -139,6 +139,7 @@ impl WqeSink<'_> {
 /// Emits the next chunk of `cur` (and its zero-weight WRs) into `sink` if
 /// `room` slots allow. Returns `Some(done)` if a chunk was emitted, where
 /// `done` says the message is complete; `None` if there was no room.
+#[inline]
 pub(crate) fn emit_chunk(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) -> Option<bool> {
     if cur.rendezvous.is_some() {
         return emit_rendezvous(cur, room, sink);

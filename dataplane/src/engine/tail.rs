@@ -54,6 +54,7 @@ fn middle(i: usize) -> u32 {
 
 impl TailHist {
     /// Counts one completion of `ns`.
+    #[inline]
     pub(super) fn record(&mut self, ns: u64) {
         let b = bucket(ns);
         self.counts[b] += 1;

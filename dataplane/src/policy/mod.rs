@@ -270,7 +270,7 @@ impl PolicyHost {
             if !path.exists() {
                 return Err(LoadError::UnknownPolicy(name_or_path.into()));
             }
-            bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
+            bytes = wasm::read_module_file(path, limits.max_module_bytes)?;
             &bytes
         };
         WasmPolicy::load_cached(module, limits).map(|(w, hit)| (Self::wasm(w), hit))

@@ -176,6 +176,43 @@ impl Default for WasmLimits {
     }
 }
 
+/// Reads a module's file: a regular file only (a device or a FIFO could
+/// feed or block the loader without end), of at most `max` bytes, checked
+/// before reading and while reading (a file that grows is cut at the cap).
+pub fn read_module_file(path: &std::path::Path, max: usize) -> Result<Vec<u8>, LoadError> {
+    use std::io::Read;
+    let shown = || path.display().to_string();
+    let io = |source| LoadError::Io { path: shown(), source };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a file"
+        };
+        return Err(LoadError::NotAFile { path: shown(), kind });
+    }
+    if meta.len() > max as u64 {
+        return Err(LoadError::TooLarge { len: meta.len().min(usize::MAX as u64) as usize, max });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path).map_err(io)?.take(max as u64 + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() > max {
+        return Err(LoadError::TooLarge { len: bytes.len(), max });
+    }
+    Ok(bytes)
+}
+
 /// Why a module could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -258,6 +295,15 @@ pub enum LoadError {
     /// process and every later load is refused for the same reason.
     #[error("the wasm engine could not be created")]
     Engine(#[source] Arc<wasmtime::Error>),
+    /// The module's path names something other than a regular file (a
+    /// device, a FIFO, a directory): it is not read.
+    #[error("{path}: {kind}, not a regular file: a module is read from a regular file only")]
+    NotAFile {
+        /// The path.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+    },
     /// The module file could not be read.
     #[error("reading {path}: {source}")]
     Io {
@@ -924,9 +970,10 @@ impl WasmPolicy {
         self.resident.as_ref().map(|r| r.last)
     }
 
-    /// Loads a module from a file (see [`WasmPolicy::from_bytes`]).
+    /// Loads a module from a file (see [`WasmPolicy::from_bytes`] and
+    /// [`read_module_file`]).
     pub fn from_file(path: &std::path::Path, limits: WasmLimits) -> Result<Self, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.display().to_string(), source })?;
+        let bytes = read_module_file(path, limits.max_module_bytes)?;
         Self::from_bytes(&bytes, limits)
     }
 

@@ -951,3 +951,24 @@ fn the_changed_list_lets_perf_tick_incrementally_and_decide_the_same() {
     }
     assert!(pacing[0][..40].iter().any(|p| p.paused != 0), "the test slices the NIC");
 }
+
+#[test]
+fn a_module_path_that_is_no_regular_file_or_too_large_is_refused_before_reading() {
+    let dir = std::env::temp_dir().join(format!("perf-module-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let fifo = dir.join("f.wasm");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success(), "mkfifo");
+    // A sparse file far over the cap: refused from its size, not read.
+    let big = dir.join("big.wasm");
+    std::fs::File::create(&big).expect("create").set_len(1 << 30).expect("set_len");
+    let t0 = Instant::now();
+    for (path, want) in [("/dev/zero", "character device"), (fifo.to_str().expect("utf-8"), "FIFO")] {
+        let e = PolicyHost::load(path).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(want) && e.contains("not a regular file"), "{path}: {e}");
+    }
+    let e = PolicyHost::load(big.to_str().expect("utf-8")).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("more than the") && e.contains("cap"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "refused at once, not after reading: {:?}", t0.elapsed());
+    let _ = std::fs::remove_dir_all(&dir);
+}

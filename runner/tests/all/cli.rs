@@ -545,3 +545,25 @@ fn calibrate_loop_writes_a_model_that_run_reads_and_reports() {
     assert!(!err.status.success());
     assert!(String::from_utf8_lossy(&err.stderr).contains("only virtual-time runs"));
 }
+
+#[test]
+fn a_core_the_machine_does_not_have_is_refused_before_anything_starts() {
+    let dir = scratch("core");
+    let sock = dir.join("s.sock");
+    let out = bin()
+        .args(["serve", "--core", "99999", "--socket"])
+        .arg(&sock)
+        .arg("--ctl")
+        .arg(dir.join("s.ctl"))
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--core 99999") && err.contains("cores"), "{err}");
+    assert!(!sock.exists(), "no socket was bound");
+    let out = bin()
+        .args(["run", "runner/scenarios/b_single-d_single.toml", "--realtime", "--core", "99999"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--core 99999"), "{err}");
+}

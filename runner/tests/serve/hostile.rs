@@ -340,3 +340,44 @@ pub(super) fn socket_path_holds_a_file() {
     let daemon = Daemon::start(&d);
     daemon.stop_clean();
 }
+
+/// The control socket reads a request line up to its cap and refuses the
+/// rest; `swap` reads a module from a regular file only, of bounded size,
+/// so `/dev/zero` or a FIFO is refused at once and the policy stays.
+pub(super) fn ctl_bounds_what_it_reads() {
+    use std::io::{BufRead, Write};
+    let d = scratch("ctlbounds");
+    let daemon = Daemon::start(&d);
+    let stream = std::os::unix::net::UnixStream::connect(&daemon.ctl).expect("ctl connects");
+    let mut writer = stream.try_clone().expect("clone");
+    // A megabyte with no newline: the daemon stops reading at its cap.
+    let flood = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..16 {
+            if writer.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let mut answer = String::new();
+    std::io::BufReader::new(&stream).read_line(&mut answer).expect("an answer");
+    assert!(answer.contains("\"ok\":false") && answer.contains("at most"), "{answer}");
+    drop(stream);
+    let _ = flood.join();
+    let fifo = d.join("f.wasm");
+    assert!(Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+    for (module, want) in [("/dev/zero".to_string(), "character device"), (fifo.display().to_string(), "FIFO")] {
+        let t0 = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
+            .args(["ctl", "--socket"])
+            .arg(&daemon.ctl)
+            .args(["swap", &module])
+            .output()
+            .expect("ctl swap");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success() && text.contains(want), "swap {module}: {text}");
+        assert!(t0.elapsed() < Duration::from_secs(4), "swap {module} answered in {:?}", t0.elapsed());
+    }
+    assert_eq!(policy(&daemon), "perf", "the policy stays");
+    daemon.stop_clean();
+}
