@@ -14,10 +14,12 @@
 #[allow(unsafe_code, reason = "the C API takes raw pointers")]
 pub mod capi;
 
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use perf_shm::abi::{self, FLAG_IMM, KIND_RECV};
+pub use perf_shm::proto::MrWindow;
 use perf_shm::proto::{self, Reply, Request};
 use perf_shm::{ClientEnd, CompletionEntry, RequestEntry, SegmentStatus, SharedRegion, ShmError};
 
@@ -241,13 +243,25 @@ impl Client {
     /// Registers a new zeroed region of `len` bytes, shared with the daemon.
     pub fn reg_mr(&mut self, len: usize) -> Result<Mr, ClientError> {
         let region = SharedRegion::create("perf-mr", len)?;
-        let (reply, _) = ask(&self.sock, &Request::RegMr { len: len as u64 }, Some(&region))?;
+        let (reply, _) = ask(&self.sock, &Request::RegMr { len: len as u64, window: None }, Some(region.fd()))?;
         let Reply::MrRegistered { mr, addr, rkey } = reply else {
             return Err(ClientError::Unexpected(format!("{reply:?} to reg_mr")));
         };
         let mr = Mr { index: mr, addr, rkey, len };
         self.regions.push((mr, region));
         Ok(mr)
+    }
+
+    /// Registers part of a memfd this process made and keeps mapped
+    /// itself (`len` bytes, sealed against shrinking and growing): the
+    /// region is `window`'s bytes, at `window.iova`. The daemon maps the
+    /// whole memfd; what it moves is the window.
+    pub fn reg_mr_window(&mut self, memfd: BorrowedFd<'_>, len: u64, window: MrWindow) -> Result<Mr, ClientError> {
+        let (reply, _) = ask(&self.sock, &Request::RegMr { len, window: Some(window) }, Some(memfd))?;
+        let Reply::MrRegistered { mr, addr, rkey } = reply else {
+            return Err(ClientError::Unexpected(format!("{reply:?} to reg_mr")));
+        };
+        Ok(Mr { index: mr, addr, rkey, len: window.len as usize })
     }
 
     fn region(&mut self, mr: Mr) -> Result<&mut SharedRegion, ClientError> {
@@ -266,9 +280,24 @@ impl Client {
 
     /// Creates a QP in traffic class `tc`; returns its index.
     pub fn create_qp(&mut self, tc: u8) -> Result<u32, ClientError> {
+        Ok(self.create_qp_numbered(tc)?.0)
+    }
+
+    /// Creates a QP in traffic class `tc`; returns its index and its
+    /// number on the NIC (what a peer gives [`Client::connect_qpn`]).
+    pub fn create_qp_numbered(&mut self, tc: u8) -> Result<(u32, u32), ClientError> {
         match ask(&self.sock, &Request::CreateQp { tc }, None)?.0 {
-            Reply::QpCreated { qp } => Ok(qp),
+            Reply::QpCreated { qp, qpn } => Ok((qp, qpn)),
             r => Err(ClientError::Unexpected(format!("{r:?} to create_qp"))),
+        }
+    }
+
+    /// Connects QP `qp` to the QP numbered `peer_qpn` on the NIC, whoever
+    /// owns it (who connects its QP to this one likewise).
+    pub fn connect_qpn(&mut self, qp: u32, peer_qpn: u32) -> Result<(), ClientError> {
+        match ask(&self.sock, &Request::ConnectQpn { qp, peer_qpn }, None)?.0 {
+            Reply::Connected => Ok(()),
+            r => Err(ClientError::Unexpected(format!("{r:?} to connect_qpn"))),
         }
     }
 
@@ -321,9 +350,9 @@ impl Client {
 fn ask(
     sock: &UnixStream,
     req: &Request,
-    region: Option<&SharedRegion>,
+    fd: Option<BorrowedFd<'_>>,
 ) -> Result<(Reply, Vec<std::os::fd::OwnedFd>), ClientError> {
-    let fds: Vec<_> = region.map(|r| r.fd()).into_iter().collect();
+    let fds: Vec<_> = fd.into_iter().collect();
     proto::send(sock, req, &fds)?;
     match proto::recv::<Reply>(sock)? {
         None => Err(ClientError::Closed),

@@ -6,6 +6,7 @@ mod ctl;
 mod devices_cmd;
 mod doctor_cmd;
 mod driver;
+mod exec_cmd;
 mod isolation;
 mod live;
 mod loop_cost;
@@ -91,6 +92,11 @@ enum Command {
     /// (the `perf-client` library; docs/shm-abi.md): shared-memory rings,
     /// memory shared as memfds, live control as `run --realtime --ctl`.
     Serve(serve::Args),
+    /// Runs an unmodified verbs program (perftest, ibv_rc_pingpong, ...)
+    /// with its verbs going through a running `serve`:
+    /// `perf-runner exec --tenant NAME -- ib_write_bw -d perfsim0`
+    /// (docs/unmodified-apps.md).
+    Exec(exec_cmd::Args),
     /// Policies: `policy list` prints the built-in ones.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -139,6 +145,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Matrix(a) => isolation::matrix::run(a),
         Command::Ctl(a) => ctl::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Exec(a) => exec_cmd::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "perf-runner", &mut std::io::stdout());

@@ -45,7 +45,7 @@ use perf_dataplane::policy::PolicyHost;
 use perf_dataplane::rnic::sim::{ClockMode, ExternalMemory, RnicProfile, SimFabric, SimRnic};
 use perf_dataplane::rnic::*;
 use perf_shm::abi::{self, FLAG_IMM, KIND_RECV, KIND_SEND};
-use perf_shm::proto::{self, Reply, Request};
+use perf_shm::proto::{self, MrWindow, Reply, Request};
 use perf_shm::{CompletionEntry, DaemonEnd, Layout, Opcode, RequestEntry, SegmentStatus, SharedRegion, Status};
 use serde::Deserialize;
 
@@ -184,26 +184,54 @@ fn resolve_tenant(
     }
 }
 
-/// Memory a client shared, backing one of its regions on the simulated NIC.
-struct SharedBacking(SharedRegion);
+/// Memory a client shared, backing one of its regions on the simulated
+/// NIC: bytes `[start, end)` of the memfd (all of it, or the window the
+/// client registered).
+struct SharedBacking {
+    region: SharedRegion,
+    start: usize,
+    end: usize,
+}
+
+impl SharedBacking {
+    /// The part of `region` that `window` names (all of it for `None`),
+    /// and the address to register it at; an error if it lies outside.
+    fn new(region: SharedRegion, window: Option<MrWindow>) -> Result<(Self, Option<u64>), String> {
+        let len = region.len();
+        let Some(w) = window else {
+            return Ok((SharedBacking { region, start: 0, end: len }, None));
+        };
+        let end = w.offset.checked_add(w.len).filter(|&e| e <= len as u64 && w.len > 0);
+        let end = end.ok_or_else(|| format!("window of {} B at {} outside the {len} B memfd", w.len, w.offset))?;
+        Ok((SharedBacking { region, start: w.offset as usize, end: end as usize }, Some(w.iova)))
+    }
+}
 
 impl ExternalMemory for SharedBacking {
     fn bytes(&self) -> &[u8] {
-        self.0.bytes()
+        &self.region.bytes()[self.start..self.end]
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
-        self.0.bytes_mut()
+        &mut self.region.bytes_mut()[self.start..self.end]
     }
 }
 
 /// What a connection thread asks of the loop.
 enum Setup {
     Attach { conn: u64, tenant: String, weight: u32, rings: DaemonEnd, reply: mpsc::Sender<Result<(), String>> },
-    RegMr { conn: u64, region: SharedRegion, reply: mpsc::Sender<Result<Reply, String>> },
+    RegMr { conn: u64, backing: SharedBacking, iova: Option<u64>, reply: mpsc::Sender<Result<Reply, String>> },
     CreateQp { conn: u64, tc: u8, reply: mpsc::Sender<Result<Reply, String>> },
-    ConnectQp { conn: u64, qp: u32, peer: String, peer_qp: u32, reply: mpsc::Sender<Result<Reply, String>> },
+    ConnectQp { conn: u64, qp: u32, peer: PeerQp, reply: mpsc::Sender<Result<Reply, String>> },
     Detach { conn: u64 },
     Metrics { reply: mpsc::Sender<Result<metrics::HubMetrics, String>> },
+}
+
+/// The QP a client connects one of its QPs to.
+enum PeerQp {
+    /// Tenant `0`'s QP index `1`.
+    Named(String, u32),
+    /// The QP of this number on the NIC (whoever's it is).
+    Number(u32),
 }
 
 /// Where a client stands.
@@ -472,11 +500,14 @@ impl Hub {
                 let r = self.attach(dp, conn, tenant, weight, rings);
                 let _ = reply.send(r);
             }
-            Setup::RegMr { conn, region, reply } => {
+            Setup::RegMr { conn, backing, iova, reply } => {
                 let r = self.bridge(conn).map(|b| b.handle.id).and_then(|t| {
                     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-                    dp.reg_mr_with(t, |nic, pd| nic.reg_mr_external(pd, Box::new(SharedBacking(region)), access))
-                        .map_err(|e| format!("registering the region: {e}"))
+                    dp.reg_mr_with(t, |nic, pd| match iova {
+                        None => nic.reg_mr_external(pd, Box::new(backing), access),
+                        Some(a) => nic.reg_mr_external_at(pd, Box::new(backing), access, a),
+                    })
+                    .map_err(|e| format!("registering the region: {e}"))
                 });
                 let r = r.and_then(|mr| {
                     let b = self.bridge(conn)?;
@@ -496,12 +527,13 @@ impl Hub {
                     let b = self.bridge(conn)?;
                     b.qp_eps.push(ep);
                     b.qp_peers.push(None);
-                    Ok(Reply::QpCreated { qp })
+                    Ok(Reply::QpCreated { qp, qpn: ep.qp_num })
                 });
                 let _ = reply.send(r);
             }
-            Setup::ConnectQp { conn, qp, peer, peer_qp, reply } => {
-                let r = self.connect(dp, conn, qp, &peer, peer_qp).map(|()| Reply::Connected);
+            Setup::ConnectQp { conn, qp, peer, reply } => {
+                let r = self.peer_of(peer).and_then(|(name, peer_qp)| self.connect(dp, conn, qp, &name, peer_qp));
+                let r = r.map(|()| Reply::Connected);
                 let _ = reply.send(r);
             }
             Setup::Metrics { reply } => {
@@ -591,6 +623,22 @@ impl Hub {
             did = true;
         }
         did
+    }
+
+    /// The live tenant and QP index `peer` names.
+    fn peer_of(&self, peer: PeerQp) -> Result<(String, u32), String> {
+        match peer {
+            PeerQp::Named(name, qp) => Ok((name, qp)),
+            PeerQp::Number(qpn) => self
+                .bridges
+                .iter()
+                .filter(|b| b.phase == Phase::Live)
+                .find_map(|b| {
+                    let i = b.qp_eps.iter().position(|ep| ep.qp_num == qpn)?;
+                    Some((b.name.clone(), i as u32))
+                })
+                .ok_or_else(|| format!("no connected client has a QP numbered 0x{qpn:06x}")),
+        }
     }
 
     fn connect(
@@ -777,16 +825,22 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
         };
         let answer = match req {
             Request::Hello { .. } => Err("already said hello".to_string()),
-            Request::RegMr { len } => match fds.pop() {
+            Request::RegMr { len, window } => match fds.pop() {
                 None => Err("reg_mr without a memfd".into()),
-                Some(fd) => match SharedRegion::open(fd, len as usize) {
-                    Err(e) => Err(e.to_string()),
-                    Ok(region) => ctx.ask(|reply| Setup::RegMr { conn, region, reply }),
+                Some(fd) => match SharedRegion::open(fd, len as usize)
+                    .map_err(|e| e.to_string())
+                    .and_then(|region| SharedBacking::new(region, window))
+                {
+                    Err(e) => Err(e),
+                    Ok((backing, iova)) => ctx.ask(|reply| Setup::RegMr { conn, backing, iova, reply }),
                 },
             },
             Request::CreateQp { tc } => ctx.ask(|reply| Setup::CreateQp { conn, tc, reply }),
             Request::ConnectQp { qp, peer, peer_qp } => {
-                ctx.ask(|reply| Setup::ConnectQp { conn, qp, peer, peer_qp, reply })
+                ctx.ask(|reply| Setup::ConnectQp { conn, qp, peer: PeerQp::Named(peer, peer_qp), reply })
+            }
+            Request::ConnectQpn { qp, peer_qpn } => {
+                ctx.ask(|reply| Setup::ConnectQp { conn, qp, peer: PeerQp::Number(peer_qpn), reply })
             }
         };
         let reply = answer.unwrap_or_else(|message| Reply::Error { message });

@@ -36,15 +36,28 @@ pub enum Request {
         /// Completion ring entries (a power of two).
         cpl_entries: u32,
     },
-    /// Registers the memfd attached (exactly `len` bytes, sealed).
+    /// Registers the memfd attached (exactly `len` bytes, sealed): all of
+    /// it, or the part `window` names, at the address `window` gives.
     RegMr {
         /// Its length.
         len: u64,
+        /// The part registered and its address (`None`: all of it, at an
+        /// address the NIC picks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<MrWindow>,
     },
     /// Creates a QP in hardware traffic class `tc`.
     CreateQp {
         /// Traffic class (0-7).
         tc: u8,
+    },
+    /// Connects the client's QP `qp` to the QP numbered `peer_qpn` on the
+    /// NIC (any tenant's), as `ibv_modify_qp` to RTR names its peer.
+    ConnectQpn {
+        /// The client's QP index.
+        qp: u32,
+        /// The peer QP's number ([`Reply::QpCreated`]'s `qpn`).
+        peer_qpn: u32,
     },
     /// Connects the client's QP `qp` to QP `peer_qp` of tenant `peer`.
     ConnectQp {
@@ -55,6 +68,20 @@ pub enum Request {
         /// The peer's QP index.
         peer_qp: u32,
     },
+}
+
+/// The part of a registered memfd that becomes the region, and the
+/// address the region is known by (what `ibv_reg_mr` on an application's
+/// own buffer asks: its pages go to the daemon whole, its region is the
+/// buffer, at the buffer's own address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MrWindow {
+    /// Offset of the region's first byte in the memfd.
+    pub offset: u64,
+    /// The region's length.
+    pub len: u64,
+    /// The region's address: remote addresses and local offsets are from it.
+    pub iova: u64,
 }
 
 /// What the daemon answers.
@@ -81,6 +108,10 @@ pub enum Reply {
     QpCreated {
         /// Index for [`crate::abi::RequestEntry::qp`].
         qp: u32,
+        /// Its number on the NIC, unique among the daemon's QPs (below
+        /// 2^24): what a peer names in [`Request::ConnectQpn`].
+        #[serde(default)]
+        qpn: u32,
     },
     /// The QP is connected (ready to send).
     Connected,

@@ -152,12 +152,24 @@ impl MemStore {
         self.register_buf(pd, MrBuf::Owned(vec![0; len]), access)
     }
 
-    /// Registers lent memory (all of it) as a region.
-    pub fn register_external(&mut self, pd: u32, mem: Box<dyn ExternalMemory>, access: AccessFlags) -> (u32, u64, u32) {
-        self.register_buf(pd, MrBuf::External(mem), access)
+    /// Registers lent memory (all of it) as a region, at address `iova`
+    /// when one is asked (as `ibv_reg_mr_iova2` does: the region's
+    /// address is then the caller's, and only its key tells it apart).
+    pub fn register_external(
+        &mut self,
+        pd: u32,
+        mem: Box<dyn ExternalMemory>,
+        access: AccessFlags,
+        iova: Option<u64>,
+    ) -> (u32, u64, u32) {
+        self.register_buf_at(pd, MrBuf::External(mem), access, iova)
     }
 
     fn register_buf(&mut self, pd: u32, buf: MrBuf, access: AccessFlags) -> (u32, u64, u32) {
+        self.register_buf_at(pd, buf, access, None)
+    }
+
+    fn register_buf_at(&mut self, pd: u32, buf: MrBuf, access: AccessFlags, iova: Option<u64>) -> (u32, u64, u32) {
         let len = buf.len();
         let idx = self.mrs.len() as u32;
         let key = loop {
@@ -167,9 +179,15 @@ impl MemStore {
             }
         };
         self.keys.insert(key, idx);
-        let gap = (1 + self.keygen.next_u64() % MAX_GAP_PAGES) << PAGE_SHIFT;
-        let addr = self.next_addr + gap;
-        self.next_addr = addr + ((len as u64 + 4095) & !4095);
+        let addr = match iova {
+            Some(a) => a,
+            None => {
+                let gap = (1 + self.keygen.next_u64() % MAX_GAP_PAGES) << PAGE_SHIFT;
+                let addr = self.next_addr + gap;
+                self.next_addr = addr + ((len as u64 + 4095) & !4095);
+                addr
+            }
+        };
         let pages = len.div_ceil(1 << PAGE_SHIFT).max(1);
         self.mrs.push(Some(MrState { pd, addr, access, key, buf, stamps: vec![0; pages] }));
         (idx, addr, key)
@@ -392,7 +410,7 @@ mod tests {
     #[test]
     fn a_copy_touching_lent_memory_is_made_again_after_its_owner_writes_it() {
         let mut mems = vec![MemStore::new(0)];
-        let (lent, _, _) = mems[0].register_external(0, Box::new(Lent(vec![1; 4096])), AccessFlags::LOCAL_WRITE);
+        let (lent, _, _) = mems[0].register_external(0, Box::new(Lent(vec![1; 4096])), AccessFlags::LOCAL_WRITE, None);
         let (own, _, _) = mems[0].register(0, 4096, AccessFlags::LOCAL_WRITE);
         let mut copier = CopyEngine::default();
         for round in 2..6u8 {

@@ -254,7 +254,20 @@ impl SimRnic {
         mem: Box<dyn ExternalMemory>,
         access: AccessFlags,
     ) -> Result<Mr, RnicError> {
-        self.shared.lock().v_reg_mr_external(self.host, pd, mem, access)
+        self.shared.lock().v_reg_mr_external(self.host, pd, mem, access, None)
+    }
+
+    /// Registers lent memory like [`SimRnic::reg_mr_external`], at address
+    /// `iova` (as `ibv_reg_mr_iova2` does): the caller picks the region's
+    /// address, its key alone tells it from other regions at the same one.
+    pub fn reg_mr_external_at(
+        &mut self,
+        pd: PdHandle,
+        mem: Box<dyn ExternalMemory>,
+        access: AccessFlags,
+        iova: u64,
+    ) -> Result<Mr, RnicError> {
+        self.shared.lock().v_reg_mr_external(self.host, pd, mem, access, Some(iova))
     }
 }
 

@@ -57,13 +57,17 @@ impl World {
         pd: PdHandle,
         mem: Box<dyn ExternalMemory>,
         access: AccessFlags,
+        iova: Option<u64>,
     ) -> Result<Mr, RnicError> {
         self.check_pd(h, pd)?;
         let len = mem.bytes().len();
         if len == 0 || len > (1usize << 34) {
             return Err(RnicError::InvalidArgument(format!("memory region length {len} out of range (1 B to 16 GiB)")));
         }
-        let (idx, addr, key) = self.mems[h].register_external(pd.0, mem, access);
+        if iova.is_some_and(|a| a.checked_add(len as u64).is_none()) {
+            return Err(RnicError::InvalidArgument(format!("a region of {len} B at {iova:?} wraps the address space")));
+        }
+        let (idx, addr, key) = self.mems[h].register_external(pd.0, mem, access, iova);
         Ok(Mr { handle: MrHandle(idx), addr, len, lkey: key, rkey: key })
     }
 
