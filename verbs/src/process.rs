@@ -25,7 +25,7 @@ use crate::{Errno, SOCKET_ENV, TENANT_ENV};
 pub const STAGING_SLOT: usize = 256;
 /// How long a post waits for room in the request ring before it fails
 /// with `ENOMEM`.
-const POST_WAIT: Duration = Duration::from_secs(1);
+pub const POST_WAIT: Duration = Duration::from_secs(1);
 
 /// A registered region: its key (lkey and rkey), its index in the daemon,
 /// its address and length.
@@ -414,7 +414,7 @@ impl Process {
 
     /// Posts what was staged for QP `qp`, as one post list; returns how
     /// many were taken (all, or fewer when the ring stayed full for
-    /// [`POST_WAIT`]: the rest's metas are dropped, the caller reports the
+    /// `POST_WAIT`: the rest's metas are dropped, the caller reports the
     /// first of them as the bad WR).
     pub fn post(&mut self, qp: u32, sends: bool) -> Result<usize, Errno> {
         let wrs = std::mem::take(&mut self.wrs);
