@@ -464,7 +464,7 @@ impl Process {
     }
 
     fn route(&mut self, c: Completion) {
-        if std::env::var_os("PERF_VERBS_TRACE").is_some() {
+        if tracing_completions() {
             eprintln!("perf-verbs: completion {c:?}");
         }
         let Some(Some(q)) = self.qps.get_mut(c.qp as usize) else { return };
@@ -523,6 +523,13 @@ impl Process {
         cq.armed = false;
         Some(cq.object)
     }
+}
+
+/// Whether `PERF_VERBS_TRACE` asks for each ring completion on standard
+/// error (read once: the environment lookup takes a lock).
+fn tracing_completions() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("PERF_VERBS_TRACE").is_some())
 }
 
 /// The verbs status of a ring status.
