@@ -6,6 +6,10 @@
 #   libclang-dev    libclang for rdma-sys's bindgen build script (pulls in
 #                   clang's builtin headers through libclang-common-*-dev)
 #   pkg-config      how rdma-sys's build script finds the two libraries
+# and the unmodified verbs programs the tests run through `perf-runner exec`
+# (runner/tests/serve/verbs_apps.rs; skipped loudly where they are missing):
+#   perftest        ib_write_bw, ib_read_lat, ... (4.5 on bookworm)
+#   ibverbs-utils   ibv_devinfo, ibv_rc_pingpong (rdma-core 44 on bookworm)
 # Non-interactive; run as root, or as a user with sudo.
 set -eu
 
@@ -21,4 +25,6 @@ $SUDO apt-get install -y --no-install-recommends \
     libibverbs-dev \
     librdmacm-dev \
     libclang-dev \
-    pkg-config
+    pkg-config \
+    perftest \
+    ibverbs-utils

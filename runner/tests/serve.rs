@@ -20,6 +20,9 @@
 //!   and `--metrics` serves every tenant's counters in the Prometheus
 //!   text format while they run (scraped over plain HTTP here); once they
 //!   have left, their tenants are gone from the daemon.
+//! - Debian's verbs binaries (perftest, `ibv_rc_pingpong`, `ibv_devinfo`)
+//!   run unchanged through `perf-runner exec` (skipped loudly where they
+//!   are not installed).
 //!
 //! Real time on a shared machine: only what does not depend on timing is
 //! asserted, never a rate. A custom `main` (the target has `harness =
@@ -33,6 +36,8 @@ use std::time::{Duration, Instant};
 
 #[path = "serve/hostile.rs"]
 mod hostile;
+#[path = "serve/verbs_apps.rs"]
+mod verbs_apps;
 
 use perf_client::{Client, Completion, ConnectOptions, Op, RemoteAddr, Status, WorkRequest};
 use perf_shm::{RequestEntry, SegmentStatus};
@@ -56,7 +61,7 @@ fn main() {
         return;
     }
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
-    let tests: [(&str, fn()); 11] = [
+    let tests: [(&str, fn()); 12] = [
         ("two_pairs_of_client_processes_move_every_message_once_in_order_with_its_bytes", two_pairs),
         ("a_client_killed_mid_run_is_cleaned_up_and_the_others_lose_nothing", killed_client),
         ("garbage_in_a_request_ring_errors_that_tenant_only", garbage_ring),
@@ -68,6 +73,7 @@ fn main() {
         ("a_huge_write_does_not_hold_a_light_tenant", hostile::big_write_beside_a_light_tenant),
         ("serve_never_replaces_a_file_that_is_not_a_stale_socket", hostile::socket_path_holds_a_file),
         ("the_control_socket_bounds_its_lines_and_the_modules_it_reads", hostile::ctl_bounds_what_it_reads),
+        ("debian_verbs_programs_run_unchanged_through_exec", verbs_apps::debian_programs),
     ];
     let mut ran = 0;
     for (name, f) in tests {

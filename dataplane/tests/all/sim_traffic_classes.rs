@@ -2,7 +2,9 @@
 //! perftest-like traffic straight on the model (no dataplane, no policy):
 //! ETS gives every backlogged class its weighted share of the wire, whatever
 //! the weights, and a sparse class that needs almost nothing gets it within
-//! a few frames of the other classes.
+//! a few frames of the other classes. Looped traffic (both QPs on one NIC)
+//! takes the port like wire traffic: never above the link rate, and shared
+//! with what leaves on the wire.
 
 use perf_dataplane::rnic::sim::{ClockMode, RnicProfile, SimFabric, SimRnic, TcScheduler};
 use perf_dataplane::traffic::bw::{BwClient, BwConfig, BwResult};
@@ -17,9 +19,14 @@ const WINDOW_NS: u64 = 5_000_000;
 /// B messages to host 1, every message signaled (so that a class with a
 /// small share still completes many measured messages in the window).
 fn bulk(f: &SimFabric, tc: u8, size: u32, qps: usize) -> BwClient<SimRnic> {
+    bulk_to(f, 1, tc, size, qps)
+}
+
+/// [`bulk`] with the target on host `target` (0: loopback on host 0's NIC).
+fn bulk_to(f: &SimFabric, target: usize, tc: u8, size: u32, qps: usize) -> BwClient<SimRnic> {
     let cfg = BwConfig { tx_depth: 64, cq_mod: 1, ..BwConfig::write(size) };
     let mut a = Side::new(f.nic(0), qps, size as usize, tc, cfg.tx_depth).expect("client side");
-    let mut b = Side::new(f.nic(1), qps, size as usize, tc, cfg.tx_depth).expect("target side");
+    let mut b = Side::new(f.nic(target), qps, size as usize, tc, cfg.tx_depth).expect("target side");
     a.connect(&mut b).expect("connect");
     let remote = b.mr.remote(0);
     BwClient::new(a, remote, cfg, WARMUP_NS, WARMUP_NS + WINDOW_NS)
@@ -88,4 +95,39 @@ fn ets_serves_a_sparse_class_within_a_few_frames_whatever_its_weight() {
         assert!(lat.count as f64 > 0.9 * alone.count as f64 * alone.mean_us / lat.mean_us, "{msg}");
         assert!(gbps > 90.0, "the bulk class keeps the rest of the wire: {msg}");
     }
+}
+
+/// Payload goodput of 64 KiB WRITEs at the 100 Gb/s link rate: 4096 B
+/// packets with 66 B of headers, 20 B of preamble and gap, 16 B of RETH on
+/// each message's first packet.
+fn goodput_ceiling_gbps() -> f64 {
+    let per_msg = 64.0 * 1024.0;
+    let wire = per_msg + 16.0 * (66.0 + 20.0) + 16.0;
+    100.0 * per_msg / wire
+}
+
+#[test]
+fn loopback_traffic_is_bounded_by_the_port() {
+    let f = SimFabric::new(RnicProfile::cx6_100g(), 2, 7, ClockMode::Virtual);
+    let mut c = bulk_to(&f, 0, 0, 64 * 1024, 4);
+    run_virtual(&f, &mut [&mut c as &mut dyn App], WARMUP_NS + WINDOW_NS).expect("run");
+    let g = c.result().gbps();
+    let ceiling = goodput_ceiling_gbps();
+    assert!(g <= ceiling * 1.001, "looped goodput {g:.2} Gb/s is above the port's {ceiling:.2}");
+    assert!(g >= 0.95 * ceiling, "looped goodput {g:.2} Gb/s leaves the port idle (ceiling {ceiling:.2})");
+}
+
+#[test]
+fn loopback_and_wire_traffic_share_the_port() {
+    let f = SimFabric::new(RnicProfile::cx6_100g(), 2, 7, ClockMode::Virtual);
+    let mut looped = bulk_to(&f, 0, 0, 64 * 1024, 2);
+    let mut wired = bulk_to(&f, 1, 0, 64 * 1024, 2);
+    run_virtual(&f, &mut [&mut looped as &mut dyn App, &mut wired], WARMUP_NS + WINDOW_NS).expect("run");
+    let (gl, gw) = (looped.result().gbps(), wired.result().gbps());
+    let ceiling = goodput_ceiling_gbps();
+    let msg = format!("looped {gl:.2} Gb/s, wired {gw:.2} Gb/s, port ceiling {ceiling:.2}");
+    assert!(gl + gw <= ceiling * 1.001, "together above the port: {msg}");
+    assert!(gl + gw >= 0.95 * ceiling, "the port idles: {msg}");
+    // Two QPs each behind one round-robin port: about half each.
+    assert!((gl - gw).abs() <= 0.1 * (gl + gw), "unequal split: {msg}");
 }

@@ -98,7 +98,10 @@ pub struct RnicProfile {
     pub ack_turnaround_ps: Ps,
     /// From a response at the requester to its CQE in host memory.
     pub cqe_write_ps: Ps,
-    /// Loopback path of a QP connected on the same NIC (no wire).
+    /// Loopback path of a QP connected on the same NIC: from the end of a
+    /// looped segment's transmission on the port (looped packets take the
+    /// port's turns and its rate like any) to its delivery, in place of the
+    /// wire's propagation and receive processing.
     pub loopback_ps: Ps,
     /// Receiver-not-ready NAK back-off before a retransmission.
     pub rnr_timer_ps: Ps,

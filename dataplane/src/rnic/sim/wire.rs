@@ -136,14 +136,16 @@ impl World {
     }
 
     /// Puts a dispatched segment on `seg.src_host`'s port.
+    ///
+    /// A segment between two QPs of the same NIC (loopback) queues on the
+    /// port too: the NIC's transmit scheduler arbitrates every send queue
+    /// of a port at the port's rate, whether the embedded switch then
+    /// turns the packet back or the MAC puts it on the wire, so looped
+    /// traffic shares the port with wire traffic and never exceeds the
+    /// link rate. Only what follows the port differs: no propagation and
+    /// no link to lose it on, `loopback_ps` instead of the wire's
+    /// propagation and receive processing.
     pub fn enqueue_seg(&mut self, seg: Seg) {
-        if seg.src_host == seg.dst_host {
-            let at = self.now + self.prof.loopback_ps;
-            if seg.last {
-                self.schedule(at, Event::Deliver { seg });
-            }
-            return;
-        }
         let h = seg.src_host;
         let q = queue_of(&self.hosts[h].tc_sched, seg.tc);
         let ps = self.seg_ps(&seg, 0, seg.pkts);
@@ -312,8 +314,10 @@ impl World {
         port.counters.payload_bytes += frame - overhead;
         port.counters.frames += run.pkts as u64;
         port.counters.xmit_bytes += frame;
-        if let Some(dst) = self.hosts.get_mut(seg.dst_host) {
-            dst.port.counters.rcv_bytes += frame;
+        if seg.dst_host != h {
+            if let Some(dst) = self.hosts.get_mut(seg.dst_host) {
+                dst.port.counters.rcv_bytes += frame;
+            }
         }
         let port = &mut self.hosts[h].port;
         if run.charged {
@@ -338,10 +342,13 @@ impl World {
         if done {
             port.queues[run.queue].pop_front();
             if seg.last && !lost {
-                let jitter = self.jitter(self.prof.rx_jitter_ps);
+                let path = if seg.src_host == seg.dst_host {
+                    self.prof.loopback_ps
+                } else {
+                    self.prof.propagation_ps + self.prof.rx_process_ps + self.jitter(self.prof.rx_jitter_ps)
+                };
                 let port = &mut self.hosts[h].port;
-                let at =
-                    (self.now + self.prof.propagation_ps + self.prof.rx_process_ps + jitter).max(port.last_deliver);
+                let at = (self.now + path).max(port.last_deliver);
                 port.last_deliver = at;
                 self.schedule(at, Event::Deliver { seg });
             }
