@@ -25,6 +25,7 @@
 //! `--metrics ADDR` serves the loop's, the policy's, every tenant's and
 //! every client's counters in the Prometheus text format ([`metrics`]).
 
+mod limits;
 mod metrics;
 
 use std::collections::VecDeque;
@@ -50,6 +51,7 @@ use perf_shm::{CompletionEntry, DaemonEnd, Layout, Opcode, RequestEntry, Segment
 use serde::Deserialize;
 
 use crate::ctl::CtlServer;
+use limits::{ClientSlots, Limits};
 
 /// How long a connection waits for the loop to answer a setup command.
 const SETUP_WAIT: Duration = Duration::from_secs(10);
@@ -97,6 +99,33 @@ pub struct Args {
     /// At shutdown, how long to wait for in-flight requests, in seconds.
     #[arg(long, default_value_t = 10, value_name = "S")]
     drain_secs: u64,
+    /// Clients served at once; one more is refused at once.
+    #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_clients: u32,
+    /// How long a new connection may take to say hello, in ms.
+    #[arg(long, default_value_t = 5000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    hello_timeout_ms: u64,
+    /// QPs one client may create.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    max_qps: u32,
+    /// Regions one client may register.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    max_mrs: u32,
+    /// Bytes of regions one client may register, in all.
+    #[arg(long, default_value_t = 64 << 30, value_name = "BYTES")]
+    max_mr_bytes: u64,
+}
+
+impl Args {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_clients: self.max_clients as usize,
+            hello_timeout: Duration::from_millis(self.hello_timeout_ms),
+            max_qps: self.max_qps,
+            max_mrs: self.max_mrs,
+            max_mr_bytes: self.max_mr_bytes,
+        }
+    }
 }
 
 /// One entry of the tenants file.
@@ -770,6 +799,7 @@ impl Hub {
 struct Ctx {
     tenants: Option<Vec<TenantEntry>>,
     setup: mpsc::SyncSender<Setup>,
+    limits: Limits,
 }
 
 impl Ctx {
@@ -788,7 +818,17 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
         proto::send(sock, &Reply::Error { message: message.clone() }, &[])?;
         anyhow::bail!("refused pid {pid}: {message}")
     };
-    let Some((first, _)) = proto::recv::<Request>(&sock)? else { return Ok(()) };
+    // A connection that never says hello would hold its thread and fd.
+    sock.set_read_timeout(Some(ctx.limits.hello_timeout)).context("setting the hello timeout")?;
+    let first = match proto::recv::<Request>(&sock) {
+        Ok(Some((first, _))) => first,
+        Ok(None) => return Ok(()),
+        Err(e) if is_timeout(&e) => {
+            let _ = proto::send(&sock, &Reply::Error { message: "no hello in time".into() }, &[]);
+            anyhow::bail!("pid {pid} sent no hello within {:?}: closed", ctx.limits.hello_timeout)
+        }
+        Err(e) => return Err(e.into()),
+    };
     let Request::Hello { abi_major, abi_minor, tenant, req_entries, cpl_entries } = first else {
         return refuse(&sock, "the first request must be hello".into());
     };
@@ -817,6 +857,11 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
     tracing::info!(tenant = %name, uid, pid, "client connected");
     proto::send(&sock, &Reply::Welcome { tenant: name, segment_bytes: layout.total_bytes() as u64 }, &[fd.as_fd()])?;
     drop(fd);
+    // Set up, a client may stay quiet on its socket as long as it likes.
+    sock.set_read_timeout(None).context("clearing the hello timeout")?;
+    // What this client holds, against its quotas (every QP and region of
+    // its tenant is set up through this connection).
+    let (mut qps, mut mrs, mut mr_bytes) = (0u32, 0u32, 0u64);
     let result = loop {
         let (req, mut fds) = match proto::recv::<Request>(&sock) {
             Ok(Some(r)) => r,
@@ -825,17 +870,32 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
         };
         let answer = match req {
             Request::Hello { .. } => Err("already said hello".to_string()),
-            Request::RegMr { len, window } => match fds.pop() {
-                None => Err("reg_mr without a memfd".into()),
-                Some(fd) => match SharedRegion::open(fd, len as usize)
-                    .map_err(|e| e.to_string())
-                    .and_then(|region| SharedBacking::new(region, window))
-                {
-                    Err(e) => Err(e),
-                    Ok((backing, iova)) => ctx.ask(|reply| Setup::RegMr { conn, backing, iova, reply }),
-                },
-            },
-            Request::CreateQp { tc } => ctx.ask(|reply| Setup::CreateQp { conn, tc, reply }),
+            Request::RegMr { len, window } => {
+                let bytes = window.map_or(len, |w| w.len);
+                match (ctx.limits.check_mr(mrs, mr_bytes, bytes), fds.pop()) {
+                    (Err(e), _) => Err(e),
+                    (Ok(()), None) => Err("reg_mr without a memfd".into()),
+                    (Ok(()), Some(fd)) => match SharedRegion::open(fd, len as usize)
+                        .map_err(|e| e.to_string())
+                        .and_then(|region| SharedBacking::new(region, window))
+                    {
+                        Err(e) => Err(e),
+                        Ok((backing, iova)) => {
+                            let r = ctx.ask(|reply| Setup::RegMr { conn, backing, iova, reply });
+                            if r.is_ok() {
+                                mrs += 1;
+                                mr_bytes += bytes;
+                            }
+                            r
+                        }
+                    },
+                }
+            }
+            Request::CreateQp { tc } => ctx.limits.check_qp(qps).and_then(|()| {
+                let r = ctx.ask(|reply| Setup::CreateQp { conn, tc, reply });
+                qps += r.is_ok() as u32;
+                r
+            }),
             Request::ConnectQp { qp, peer, peer_qp } => {
                 ctx.ask(|reply| Setup::ConnectQp { conn, qp, peer: PeerQp::Named(peer, peer_qp), reply })
             }
@@ -850,6 +910,20 @@ fn serve_conn(sock: UnixStream, conn: u64, ctx: &Ctx) -> anyhow::Result<()> {
     };
     let _ = ctx.setup.send(Setup::Detach { conn });
     result
+}
+
+/// Whether a socket error is a read timeout.
+fn is_timeout(e: &perf_shm::ShmError) -> bool {
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    matches!(e, perf_shm::ShmError::Io(_, io) if matches!(io.kind(), WouldBlock | TimedOut))
+}
+
+/// Refuses a connection past `--max-clients` from the accepting thread,
+/// without a thread of its own: one short, bounded write.
+fn refuse_busy(sock: &UnixStream, max: usize) {
+    let _ = sock.set_write_timeout(Some(Duration::from_millis(100)));
+    let message = format!("the daemon serves its most clients at once ({max}, --max-clients): try again later");
+    let _ = proto::send(sock, &Reply::Error { message }, &[]);
 }
 
 /// `perf-runner serve`.
@@ -933,7 +1007,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         metrics.as_ref().map_or(String::new(), |m| format!(", metrics http://{}/metrics", m.addr()))
     );
 
-    let ctx = Arc::new(Ctx { tenants, setup: setup_tx });
+    let limits = a.limits();
+    let ctx = Arc::new(Ctx { tenants, setup: setup_tx, limits });
+    let slots = ClientSlots::default();
+    let (mut refused_busy, mut busy_logged) = (0u64, Instant::now());
     let mut next_conn = 0u64;
     while !stop_signal.load(Ordering::Relaxed) && !dp_thread.is_finished() {
         match listener.accept() {
@@ -944,7 +1021,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     tracing::warn!("client socket: {e}");
                     continue;
                 }
+                let Some(slot) = slots.take(limits.max_clients) else {
+                    refuse_busy(&sock, limits.max_clients);
+                    // One line a second at most, however fast they come.
+                    refused_busy += 1;
+                    if busy_logged.elapsed() >= Duration::from_secs(1) {
+                        tracing::warn!(
+                            "refused {refused_busy} connections: {} clients, the most at once (--max-clients)",
+                            limits.max_clients
+                        );
+                        (refused_busy, busy_logged) = (0, Instant::now());
+                    }
+                    continue;
+                };
                 let spawned = std::thread::Builder::new().name(format!("perf-client-{conn}")).spawn(move || {
+                    let _slot = slot;
                     if let Err(e) = serve_conn(sock, conn, &ctx) {
                         tracing::warn!("client connection {conn}: {e:#}");
                     }

@@ -61,7 +61,7 @@ fn main() {
         return;
     }
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
-    let tests: [(&str, fn()); 12] = [
+    let tests: [(&str, fn()); 13] = [
         ("two_pairs_of_client_processes_move_every_message_once_in_order_with_its_bytes", two_pairs),
         ("a_client_killed_mid_run_is_cleaned_up_and_the_others_lose_nothing", killed_client),
         ("garbage_in_a_request_ring_errors_that_tenant_only", garbage_ring),
@@ -73,6 +73,10 @@ fn main() {
         ("a_huge_write_does_not_hold_a_light_tenant", hostile::big_write_beside_a_light_tenant),
         ("serve_never_replaces_a_file_that_is_not_a_stale_socket", hostile::socket_path_holds_a_file),
         ("the_control_socket_bounds_its_lines_and_the_modules_it_reads", hostile::ctl_bounds_what_it_reads),
+        (
+            "the_daemon_limits_clients_and_their_resources_with_clear_refusals",
+            hostile::limits_refuse_clearly_and_the_daemon_serves_on,
+        ),
         ("debian_verbs_programs_run_unchanged_through_exec", verbs_apps::debian_programs),
     ];
     let mut ran = 0;

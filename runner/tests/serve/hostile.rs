@@ -381,3 +381,43 @@ pub(super) fn ctl_bounds_what_it_reads() {
     assert_eq!(policy(&daemon), "perf", "the policy stays");
     daemon.stop_clean();
 }
+
+/// The daemon's limits: a client gets clear refusals past its QPs, its
+/// regions and its bytes of regions; connections past `--max-clients`
+/// are refused at once; a connection that never says hello is closed
+/// after the hello timeout and its slot comes back; the daemon serves on.
+pub(super) fn limits_refuse_clearly_and_the_daemon_serves_on() {
+    use std::io::Read;
+    let d = scratch("limits");
+    let flags = ["--max-clients", "3", "--hello-timeout-ms", "700", "--max-qps", "4", "--max-mrs", "2"];
+    let (daemon, _) = Daemon::start_with(&d, &[&flags[..], &["--max-mr-bytes", "1048576"]].concat());
+    let opts = |name: &str| ConnectOptions { tenant: Some(name.into()), ..ConnectOptions::default() };
+    let mut c = Client::connect(&daemon.sock, &opts("quota")).expect("a client connects");
+    for _ in 0..4 {
+        c.create_qp(0).expect("a QP within the quota");
+    }
+    let e = c.create_qp(0).expect_err("the fifth QP").to_string();
+    assert!(e.contains("--max-qps 4"), "{e}");
+    c.reg_mr(4096).expect("a region within the quota");
+    let e = c.reg_mr(2 << 20).expect_err("2 MiB more").to_string();
+    assert!(e.contains("--max-mr-bytes"), "{e}");
+    c.reg_mr(4096).expect("a second region");
+    let e = c.reg_mr(4096).expect_err("a third region").to_string();
+    assert!(e.contains("--max-mrs 2"), "{e}");
+    // Two silent connections fill the daemon's three slots.
+    let silent: Vec<_> =
+        (0..2).map(|_| std::os::unix::net::UnixStream::connect(&daemon.sock).expect("connects")).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let e = Client::connect(&daemon.sock, &opts("fourth")).err().expect("past --max-clients").to_string();
+    assert!(e.contains("--max-clients"), "{e}");
+    // Each silent one is closed after the hello timeout.
+    let t0 = std::time::Instant::now();
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).expect("the daemon closes it");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "closed after {:?}", t0.elapsed());
+    drop(c);
+    daemon.still_serves_then_stops();
+}
