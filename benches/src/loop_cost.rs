@@ -84,6 +84,10 @@ pub struct LoadSample {
     pub rounds: u64,
     /// WQEs posted.
     pub wqes: u64,
+    /// Of them, chunks (parts of split messages).
+    pub chunks: u64,
+    /// Of them, inline.
+    pub inline: u64,
     /// CQEs polled.
     pub cqes: u64,
     /// Completions delivered to the tenants.
@@ -145,12 +149,14 @@ pub struct Calibration {
 }
 
 /// The loads of the fit: few and many WQEs per round, one CQE per message
-/// (passthrough posts each message of 1 KiB and more whole and signaled),
+/// (passthrough posts each message of 4 KiB and more whole and signaled),
 /// one CQE per post list of 16 B messages (perftest's `-s 16 -l 32` over
-/// 10 QPs, experiment 4's message-rate tenant), and many WQEs per CQE
-/// (`perf` splits 1 MiB into 16 KiB chunks with zero-weight WRs beside a
-/// message-rate tenant).
-fn shapes() -> [(&'static str, &'static str, LoadShape); 5] {
+/// 10 QPs, experiment 4's message-rate tenant), lists of 1 KiB messages
+/// (four to a CQE), and chunks (`perf` splits 1 MiB and 256 KiB into
+/// 16 KiB chunks, with zero-weight WRs beside a message-rate tenant).
+/// Seven loads for the five figures of the fit, so that a model that does
+/// not describe the loop shows as a load it misses.
+fn shapes() -> [(&'static str, &'static str, LoadShape); 7] {
     let shape = |tenants, qps, depth, msg, sensitive, post_list| LoadShape {
         tenants,
         qps,
@@ -166,6 +172,8 @@ fn shapes() -> [(&'static str, &'static str, LoadShape); 5] {
         ("passthrough 1x10 16B list 32", "passthrough", shape(1, 10, 128, 16, Sensitive::None, 32)),
         ("perf 1x1 depth 2 1MiB", "perf", shape(1, 1, 2, 1 << 20, Sensitive::None, 1)),
         ("perf 8x4 depth 2 1MiB +M", "perf", shape(8, 4, 2, 1 << 20, Sensitive::Message, 1)),
+        ("passthrough 4x4 1KiB list 8", "passthrough", shape(4, 4, 32, 1024, Sensitive::None, 8)),
+        ("perf 2x2 depth 4 256KiB", "perf", shape(2, 2, 4, 256 << 10, Sensitive::None, 1)),
     ]
 }
 
@@ -190,6 +198,8 @@ fn run_load(
         name,
         rounds: s.rounds,
         wqes: c1.wqes_posted - c0.wqes_posted,
+        chunks: c1.chunks - c0.chunks,
+        inline: c1.inline_wqes - c0.inline_wqes,
         cqes: c1.cqes_polled - c0.cqes_polled,
         completions: c1.completions - c0.completions,
         calls,
@@ -379,19 +389,23 @@ pub fn calibrate(budget: Duration, runs: usize) -> Result<Calibration, Calibrate
     for (name, policy, shape) in shapes() {
         loads.push(run_load(name, policy, shape, budget, timer_ns)?);
     }
-    let x = |l: &LoadSample| [l.rounds as f64, l.wqes as f64, l.cqes as f64, l.completions as f64];
-    let rows: Vec<([f64; 4], f64)> = loads.iter().map(|l| (x(l), l.loop_ns)).collect();
+    let x = |l: &LoadSample| {
+        [l.rounds as f64, l.wqes as f64, l.chunks as f64, l.inline as f64, l.cqes as f64, l.completions as f64]
+    };
+    let rows: Vec<([f64; 6], f64)> = loads.iter().map(|l| (x(l), l.loop_ns)).collect();
     let a = fit(&rows);
     for l in &mut loads {
         l.fitted_ns = x(l).iter().zip(a).map(|(x, a)| x * a).sum();
     }
-    let [round, wqe, cqe, completion] = a;
+    let [round, wqe, chunk, inline, cqe, completion] = a;
     let steps = step_sample(budget, timer_ns, wqe)?;
     let policies = vec![policy_sample("perf", runs)?, policy_sample("wasm:perf", runs)?];
     let cost = LoopCost {
         round_ps: ps(round),
         step_ps: ps(steps.step_ns),
         wqe_ps: ps(wqe),
+        chunk_ps: ps(chunk),
+        inline_ps: ps(inline),
         cqe_ps: ps(cqe),
         completion_ps: ps(completion),
         native: policy_cost(&policies[0]),
@@ -428,7 +442,7 @@ mod tests {
     #[test]
     fn a_short_calibration_gives_a_model_with_every_loop_figure_measured() {
         let c = calibrate(Duration::from_millis(20), 3).expect("calibrates");
-        assert_eq!(c.loads.len(), 5);
+        assert_eq!(c.loads.len(), 7);
         assert!(c.loads.iter().all(|l| l.rounds > 0 && l.wqes > 0 && l.cqes > 0), "{:?}", c.loads);
         assert!(c.cost.wqe_ps + c.cost.cqe_ps + c.cost.round_ps > 0, "{:?}", c.cost);
         assert!(c.cost.wasm.call_ps > 0 && c.cost.native.call_ps > 0, "{:?}", c.cost);

@@ -235,14 +235,24 @@ pub fn answer(req: &Request, op: &OperatorHandle, started: Instant) -> Value {
 
 /// Asks for a swap and waits until the loop records its outcome.
 fn swap(policy: &str, op: &OperatorHandle) -> Value {
+    swap_within(policy, op, ANSWER_WAIT)
+}
+
+/// [`swap`], waiting at most `wait`: a swap not ready by then is cancelled
+/// (the loop records it refused), so it never applies later, unseen.
+fn swap_within(policy: &str, op: &OperatorHandle, wait: Duration) -> Value {
     let before = op.swaps_recorded();
-    if !op.request_swap(PolicySpec::Named(policy.to_string()), WasmLimits::default()) {
+    let Some(ticket) = op.request_swap(PolicySpec::Named(policy.to_string()), WasmLimits::default()) else {
         return fail("the dataplane has stopped");
-    }
-    let deadline = Instant::now() + ANSWER_WAIT;
+    };
+    let mut deadline = Instant::now() + wait;
     while op.swaps_recorded() <= before {
         if Instant::now() > deadline {
-            return fail(format!("the swap to {policy} was not applied within {ANSWER_WAIT:?}"));
+            if ticket.cancel() {
+                return fail(format!("the swap to {policy} was not ready within {wait:?}: cancelled"));
+            }
+            // Taken just now: its record follows at once.
+            deadline = Instant::now() + ANSWER_WAIT;
         }
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -106,11 +106,13 @@ impl LoopReport {
         let m = &self.model;
         let ns = |ps: u64| ps as f64 / 1000.0;
         format!(
-            "loop: cost {} (round {:.1} ns, arrival step {:.1} ns, WQE {:.1} ns, CQE {:.1} ns, completion {:.1} ns; native / wasm policy: call {:.1} / {:.1} ns, tick {:.1} / {:.1} ns + {:.1} / {:.1} ns per tenant)",
+            "loop: cost {} (round {:.1} ns, arrival step {:.1} ns, WQE {:.1} ns, chunk {:.1} ns, inline {:.1} ns, CQE {:.1} ns, completion {:.1} ns; native / wasm policy: call {:.1} / {:.1} ns, tick {:.1} / {:.1} ns + {:.1} / {:.1} ns per tenant)",
             self.source,
             ns(m.round_ps),
             ns(m.step_ps),
             ns(m.wqe_ps),
+            ns(m.chunk_ps),
+            ns(m.inline_ps),
             ns(m.cqe_ps),
             ns(m.completion_ps),
             ns(m.native.call_ps),
@@ -156,15 +158,17 @@ pub fn calibrate(a: CalibrateArgs) -> anyhow::Result<()> {
         c.timer_ns
     );
     println!(
-        "{:<30} {:>10} {:>10} {:>10} {:>11} {:>10} {:>12} {:>12}",
-        "load", "rounds", "WQEs", "CQEs", "completions", "calls", "loop ms", "fitted ms"
+        "{:<30} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>12} {:>12}",
+        "load", "rounds", "WQEs", "chunks", "inline", "CQEs", "completions", "calls", "loop ms", "fitted ms"
     );
     for l in &c.loads {
         println!(
-            "{:<30} {:>10} {:>10} {:>10} {:>11} {:>10} {:>12.3} {:>12.3}",
+            "{:<30} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>12.3} {:>12.3}",
             l.name,
             l.rounds,
             l.wqes,
+            l.chunks,
+            l.inline,
             l.cqes,
             l.completions,
             l.calls,

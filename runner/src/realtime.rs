@@ -120,7 +120,8 @@ impl Watch {
         if self.seen != Some(m) {
             self.seen = Some(m);
             tracing::info!(path = %self.path.display(), "watched policy file changed: swapping");
-            op.request_swap(PolicySpec::Named(self.path.display().to_string()), WasmLimits::default());
+            // Nobody waits for it: it applies when ready, or is refused.
+            let _ = op.request_swap(PolicySpec::Named(self.path.display().to_string()), WasmLimits::default());
         }
     }
 }

@@ -110,7 +110,12 @@ impl<T> BoundedTx<T> {
             }
             was_empty = q.items.is_empty();
             let n = from.len().min(self.shared.cap.saturating_sub(q.items.len()));
-            q.items.extend(from.drain(..n));
+            if was_empty && n == from.len() {
+                // All of it into an empty queue: the buffers trade places.
+                std::mem::swap(&mut q.items, from);
+            } else {
+                q.items.extend(from.drain(..n));
+            }
             n
         };
         if was_empty && n > 0 {
@@ -166,7 +171,12 @@ impl<T> BoundedRx<T> {
     pub fn recv_into(&self, n: usize, out: &mut VecDeque<T>) -> usize {
         let mut q = self.shared.q.lock();
         let k = n.min(q.items.len());
-        out.extend(q.items.drain(..k));
+        if out.is_empty() && k == q.items.len() {
+            // All of it into an empty batch: the buffers trade places.
+            std::mem::swap(&mut q.items, out);
+        } else {
+            out.extend(q.items.drain(..k));
+        }
         shrink(&mut q.items);
         k
     }

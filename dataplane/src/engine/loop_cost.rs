@@ -7,8 +7,9 @@
 //! infinitely fast. [`LoopCost`] charges each round's work to the virtual
 //! clock: a round that did something, or called the policy, costs
 //!
-//! `round + wqe x WQEs posted + cqe x CQEs polled + completion x
-//!  completions delivered + call x policy calls
+//! `round + wqe x WQEs posted + chunk x chunks + inline x inline WQEs
+//!  + cqe x CQEs polled + completion x completions delivered
+//!  + call x policy calls
 //!  + (tick + tick_tenant x tenants) x policy ticks`
 //!
 //! (the policy's three figures for a native or a wasm policy, whichever ran
@@ -75,6 +76,16 @@ pub struct LoopCost {
     pub step_ps: u64,
     /// Each WQE posted (data, zero-weight, control), ps.
     pub wqe_ps: u64,
+    /// Each chunk posted besides its WQE: a data WQE that carries part of
+    /// a message (a sub-request, a rendezvous step, a length record),
+    /// which the general path builds from the message's cursor and plan,
+    /// ps. A whole message's WQE pays `wqe_ps` only.
+    #[serde(default)]
+    pub chunk_ps: u64,
+    /// Each WQE posted inline besides its WQE: the loop's CPU copies the
+    /// payload out of the tenant's region into the WQE, ps.
+    #[serde(default)]
+    pub inline_ps: u64,
     /// Each CQE polled from the shared CQs, with the WQEs it retires, ps.
     pub cqe_ps: u64,
     /// Each completion delivered to a tenant (one per application message
@@ -96,6 +107,8 @@ impl LoopCost {
         round_ps: 0,
         step_ps: 0,
         wqe_ps: 0,
+        chunk_ps: 0,
+        inline_ps: 0,
         cqe_ps: 0,
         completion_ps: 0,
         native: PolicyCost::ZERO,
@@ -111,11 +124,16 @@ impl LoopCost {
     /// its round, times the reference round. The reference measured a
     /// message's completion work and its CQE as one figure (99.2 ns); the
     /// two are split in the proportion a later machine measured them
-    /// apart (`docs/loop-cost.md`, "The defaults").
+    /// apart (`docs/loop-cost.md`, "The defaults"). The reference machine
+    /// measured neither chunks nor inline WQEs apart from other WQEs
+    /// (`chunk_ps` and `inline_ps` are 0), nor the whole-message lane: its
+    /// completion figure is a message's cost on the general path.
     pub const MEASURED: LoopCost = LoopCost {
         round_ps: 214_078,
         step_ps: 237_621,
         wqe_ps: 19_111,
+        chunk_ps: 0,
+        inline_ps: 0,
         cqe_ps: 20_787,
         completion_ps: 78_389,
         native: PolicyCost { call_ps: 2_927, tick_ps: 250_203, tick_tenant_ps: 6_260 },
@@ -137,6 +155,8 @@ impl LoopCost {
         let p = if work.wasm { self.wasm } else { self.native };
         self.wqe_ps
             .saturating_mul(work.wqes)
+            .saturating_add(self.chunk_ps.saturating_mul(work.chunks))
+            .saturating_add(self.inline_ps.saturating_mul(work.inline))
             .saturating_add(self.cqe_ps.saturating_mul(work.cqes))
             .saturating_add(self.completion_ps.saturating_mul(work.completions))
             .saturating_add(p.call_ps.saturating_mul(work.policy_calls.saturating_sub(work.ticks)))
@@ -150,6 +170,10 @@ impl LoopCost {
 pub struct RoundWork {
     /// WQEs posted.
     pub wqes: u64,
+    /// Of them, chunks ([`LoopCost::chunk_ps`]).
+    pub chunks: u64,
+    /// Of them, inline ([`LoopCost::inline_ps`]).
+    pub inline: u64,
     /// CQEs polled.
     pub cqes: u64,
     /// Completions delivered to tenants.
@@ -373,6 +397,8 @@ impl<R: Rnic> Dataplane<R> {
         };
         RoundWork {
             wqes: c.wqes_posted - base.counters.wqes_posted,
+            chunks: c.chunks - base.counters.chunks,
+            inline: c.inline_wqes - base.counters.inline_wqes,
             cqes: c.cqes_polled - base.counters.cqes_polled,
             completions: c.completions - base.counters.completions,
             policy_calls: self.policy.counters.calls.saturating_sub(base.calls),

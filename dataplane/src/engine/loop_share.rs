@@ -116,15 +116,16 @@ impl<R: Rnic> Dataplane<R> {
         }
     }
 
-    /// What posting `wqes` WQEs, `signaled` of them signaled and ending
-    /// `messages` application messages, costs the loop, ps: the WQEs now,
-    /// the CQEs and the completions' delivery later, but this tenant's
-    /// doing.
-    pub(super) fn post_cost_ps(&self, wqes: u64, signaled: u64, messages: u64) -> u64 {
+    /// What posting `w` and ending `messages` application messages costs
+    /// the loop, ps: the WQEs now, the CQEs and the completions' delivery
+    /// later, but this tenant's doing.
+    pub(super) fn post_cost_ps(&self, w: WqeCounts, messages: u64) -> u64 {
         let c = &self.cfg.loop_cost;
         c.wqe_ps
-            .saturating_mul(wqes)
-            .saturating_add(c.cqe_ps.saturating_mul(signaled))
+            .saturating_mul(w.wqes)
+            .saturating_add(c.chunk_ps.saturating_mul(w.chunks))
+            .saturating_add(c.inline_ps.saturating_mul(w.inline))
+            .saturating_add(c.cqe_ps.saturating_mul(w.signaled))
             .saturating_add(c.completion_ps.saturating_mul(messages))
     }
 
@@ -172,4 +173,17 @@ impl<R: Rnic> Dataplane<R> {
             usize::MAX
         }
     }
+}
+
+/// The WQEs of a post list, as the loop's cost model counts them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct WqeCounts {
+    /// WQEs.
+    pub wqes: u64,
+    /// Of them, chunks ([`super::LoopCost::chunk_ps`]).
+    pub chunks: u64,
+    /// Of them, inline ([`super::LoopCost::inline_ps`]).
+    pub inline: u64,
+    /// Of them, signaled (each a CQE to come).
+    pub signaled: u64,
 }

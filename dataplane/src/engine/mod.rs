@@ -45,6 +45,7 @@ mod supervise;
 mod tail;
 pub mod tenant;
 mod tick;
+mod whole_lane;
 
 use std::collections::VecDeque;
 
@@ -65,7 +66,7 @@ use ready::{IndexSet, Ready};
 use recovery::SharedCq;
 pub use split::GROUP_BYTES;
 use split::{emit_chunk, WqeSink, WqeSpec};
-pub use supervise::{SwapHandle, SwapOutcome, SwapRecord};
+pub use supervise::{SwapHandle, SwapOutcome, SwapRecord, SwapTicket};
 pub use tenant::{Completion, CompletionKind, PostRefused, RequestOp, TenantHandle, WorkRequest};
 
 /// Settings of the loop.
@@ -149,6 +150,12 @@ pub struct DataplaneCounters {
     pub wqes_posted: u64,
     /// Data WQEs posted (chunks and whole messages).
     pub data_wqes: u64,
+    /// Data WQEs that carry part of a message (a sub-request of a split
+    /// message, a rendezvous step, a length record), not a whole one.
+    pub chunks: u64,
+    /// WQEs posted with their payload inline (copied into the WQE by the
+    /// loop's CPU).
+    pub inline_wqes: u64,
     /// Times fair admission held data back: once per direction and round
     /// in which the shared in-flight budget (the plans' `window_kib` /
     /// `read_window_kib`) was full with a tenant waiting, and each time the

@@ -110,9 +110,9 @@ impl OperatorHandle {
         self.ask(|reply| Command::Snapshot { reply }, timeout)
     }
 
-    /// Asks for a hot swap (see [`SwapHandle::request`]); `false` if the
+    /// Asks for a hot swap (see [`SwapHandle::request`]); `None` if the
     /// dataplane is gone.
-    pub fn request_swap(&self, spec: PolicySpec, limits: WasmLimits) -> bool {
+    pub fn request_swap(&self, spec: PolicySpec, limits: WasmLimits) -> Option<super::SwapTicket> {
         self.swaps.request(spec, limits)
     }
 

@@ -8,8 +8,10 @@
 //! or bucket timer, room in the shared CQ) marks it again.
 
 use super::active_set::quantum_hit;
+use super::loop_share::WqeCounts;
 use super::pipeline::PostedWqe;
 use super::signaling::WindowedStep;
+use super::whole_lane::LaneList;
 use super::*;
 
 impl<R: Rnic> Dataplane<R> {
@@ -126,6 +128,7 @@ impl<R: Rnic> Dataplane<R> {
         let mut chunks = 0u32;
         let mut held = false;
         let mut grouped = 0u64;
+        let lane = self.whole_lane_open(&plan, max_chunks);
         while allowed && !self.qps[qi].failed && chunks < max_chunks {
             if !self.loop_may_post(t) {
                 // Work left for the next round: this one counts as busy.
@@ -141,6 +144,15 @@ impl<R: Rnic> Dataplane<R> {
                     self.arm_bucket(t, at);
                 }
                 break;
+            }
+            if lane && self.qps[qi].cursor.is_none() {
+                let mut list =
+                    LaneList { specs: &mut specs, room: &mut room, grouped: &mut grouped, signal_every, turn_bytes };
+                let n = self.post_whole_run(qi, t, now, &mut list);
+                if n > 0 {
+                    chunks += n;
+                    continue;
+                }
             }
             let q = &mut self.qps[qi];
             if q.cursor.is_none() {
@@ -252,8 +264,12 @@ impl<R: Rnic> Dataplane<R> {
                     }
                     // Charged as built, so the credit stops the list (a
                     // list sealed later pays for its seal when posted).
-                    let signaled = specs[before..].iter().filter(|s| s.signaled).count() as u64;
-                    let ps = self.post_cost_ps((specs.len() - before) as u64, signaled, done as u64);
+                    let built = &specs[before..];
+                    let signaled = built.iter().filter(|s| s.signaled).count() as u64;
+                    let parts = built.iter().filter(|s| s.sge.is_some_and(|g| split::is_chunk(s, g))).count() as u64;
+                    let inline = built.iter().filter(|s| s.inline).count() as u64;
+                    let wqes = WqeCounts { wqes: built.len() as u64, chunks: parts, inline, signaled };
+                    let ps = self.post_cost_ps(wqes, done as u64);
                     self.precharge_loop(t, ps);
                 }
             }
@@ -311,12 +327,18 @@ impl<R: Rnic> Dataplane<R> {
         inline.clear();
         let mut inline_ends = std::mem::take(&mut self.scratch.inline_ends);
         inline_ends.clear();
+        // A list's inline payloads mostly come from one region: the last
+        // one found is looked at first.
+        let mut found: Option<Mr> = None;
         for s in specs.iter().filter(|s| s.inline) {
             let Some(sge) = s.sge else { continue };
             let start = inline.len();
             inline.resize(start + sge.length as usize, 0);
-            let ring = q.rendezvous.map(|r| r.ring);
-            if let Some(mr) = self.tenants[t].mrs.iter().chain(ring.iter()).find(|m| m.lkey == sge.lkey) {
+            if found.is_none_or(|m| m.lkey != sge.lkey) {
+                let ring = q.rendezvous.map(|r| r.ring);
+                found = self.tenants[t].mrs.iter().chain(ring.iter()).find(|m| m.lkey == sge.lkey).copied();
+            }
+            if let Some(mr) = found {
                 if let Err(e) = self.nic.read_mr(mr.handle, (sge.addr - mr.addr) as usize, &mut inline[start..]) {
                     self.scratch.inline = inline;
                     self.scratch.inline_ends = inline_ends;
@@ -355,18 +377,24 @@ impl<R: Rnic> Dataplane<R> {
         if q.posted.is_empty() && posted > 0 {
             self.tenants[t].qps_in_nic += 1;
         }
+        let (mut signaled, mut messages) = (0u64, 0u64);
+        let (chunks_before, inline_before) = (self.counters.chunks, self.counters.inline_wqes);
         for (k, s) in specs.iter().take(posted).enumerate() {
             q.posted.push(base + k as u64, s.meta, s.charge);
-            if s.sge.is_some() {
+            signaled += s.signaled as u64;
+            messages += s.meta.is_app() as u64;
+            if let Some(sge) = s.sge {
                 self.counters.data_wqes += 1;
+                self.counters.chunks += split::is_chunk(s, sge) as u64;
+                self.counters.inline_wqes += s.inline as u64;
             } else if split::is_zero_weight(&s.opcode, zw_cq) {
                 self.counters.zero_weight_wrs += 1;
             }
         }
         q.next_seq = base + posted as u64;
-        let signaled = specs.iter().take(posted).filter(|s| s.signaled).count() as u64;
-        let messages = specs.iter().take(posted).filter(|s| s.meta.is_app()).count() as u64;
-        let ps = self.post_cost_ps(posted as u64, signaled, messages);
+        let chunks = self.counters.chunks - chunks_before;
+        let inline = self.counters.inline_wqes - inline_before;
+        let ps = self.post_cost_ps(WqeCounts { wqes: posted as u64, chunks, inline, signaled }, messages);
         self.settle_loop(t, ps);
         self.cq_used[0] += posted as u64;
         self.counters.wqes_posted += posted as u64;

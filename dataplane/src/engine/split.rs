@@ -246,6 +246,16 @@ pub(crate) fn grouped_after(before: u64, specs: &[WqeSpec]) -> u64 {
     })
 }
 
+/// Whether data WQE `spec` (of SGE `sge`) carries part of a message, not
+/// a whole one: a hidden data WQE (a sub-request, a rendezvous WRITE, a
+/// length record), or a message's last WQE that is shorter than it.
+pub(crate) fn is_chunk(spec: &WqeSpec, sge: Sge) -> bool {
+    match spec.meta {
+        Meta::App { len, .. } => sge.length < len,
+        _ => true,
+    }
+}
+
 /// Whether a post list ends with a whole message no signaled WQE after
 /// it covers: its completion would wait for a later list's CQE.
 pub(crate) fn ends_unsignaled(specs: &[WqeSpec]) -> bool {

@@ -40,7 +40,7 @@
 
 use super::EngineError;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,8 +83,31 @@ pub struct SwapRecord {
     pub cached: bool,
 }
 
-/// A swap request from a [`SwapHandle`].
-type SwapCommand = (PolicySpec, WasmLimits);
+/// A swap request from a [`SwapHandle`], with its ticket's state.
+type SwapCommand = (PolicySpec, WasmLimits, Arc<AtomicU8>);
+
+/// A [`SwapTicket`]'s swap is neither applied nor cancelled yet.
+const TICKET_PENDING: u8 = 0;
+/// Its asker stopped waiting: the loop records it refused, not applied.
+const TICKET_CANCELLED: u8 = 1;
+/// The loop took it: it is applied (or refused on its own merits).
+const TICKET_TAKEN: u8 = 2;
+
+/// A swap asked for through a [`SwapHandle`]: whoever asked can cancel it
+/// until the loop takes it, so that a swap nobody waits for any more
+/// never applies later, unseen.
+#[derive(Debug)]
+pub struct SwapTicket(Arc<AtomicU8>);
+
+impl SwapTicket {
+    /// Cancels the swap unless the loop has taken it already. Returns
+    /// whether it is cancelled: `false` means it is applied, or refused on
+    /// its own merits, and its record follows.
+    pub fn cancel(&self) -> bool {
+        self.0.compare_exchange(TICKET_PENDING, TICKET_CANCELLED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            || self.0.load(Ordering::Acquire) == TICKET_CANCELLED
+    }
+}
 
 /// Asks a dataplane that runs elsewhere (on its pinned thread,
 /// [`Dataplane::run_pinned`]) for hot swaps; from [`Dataplane::swap_handle`].
@@ -97,9 +120,10 @@ pub struct SwapHandle {
 }
 
 impl SwapHandle {
-    /// Asks for a swap to `spec`; `false` if the dataplane is gone.
-    pub fn request(&self, spec: PolicySpec, limits: WasmLimits) -> bool {
-        self.tx.send((spec, limits)).is_ok()
+    /// Asks for a swap to `spec`; `None` if the dataplane is gone.
+    pub fn request(&self, spec: PolicySpec, limits: WasmLimits) -> Option<SwapTicket> {
+        let state = Arc::new(AtomicU8::new(TICKET_PENDING));
+        self.tx.send((spec, limits, state.clone())).ok().map(|()| SwapTicket(state))
     }
 
     /// Swaps the loop has recorded so far (accepted or refused), by any
@@ -115,6 +139,8 @@ struct Pending {
     /// Apply at this time (scheduled), or as soon as it is ready.
     at_ns: Option<u64>,
     ready: Option<Prepared>,
+    /// The asker's ticket, for a swap asked for through a [`SwapHandle`].
+    ticket: Option<Arc<AtomicU8>>,
 }
 
 /// How many times the watchdog takes control from one policy (installed
@@ -234,6 +260,16 @@ impl<R: Rnic> Dataplane<R> {
     }
 
     fn submit_swap(&mut self, spec: PolicySpec, limits: WasmLimits, at_ns: Option<u64>) -> Result<u64, EngineError> {
+        self.submit_ticketed(spec, limits, at_ns, None)
+    }
+
+    fn submit_ticketed(
+        &mut self,
+        spec: PolicySpec,
+        limits: WasmLimits,
+        at_ns: Option<u64>,
+        ticket: Option<Arc<AtomicU8>>,
+    ) -> Result<u64, EngineError> {
         let tenants = self.tenant_infos();
         let id = self.sup.next_id;
         self.sup.next_id += 1;
@@ -241,7 +277,7 @@ impl<R: Rnic> Dataplane<R> {
         if !self.sup.loader()?.submit(LoadRequest { id, spec, limits, tenants }) {
             return Err(EngineError::LoaderGone(label));
         }
-        self.sup.pending.push_back(Pending { id, at_ns, ready: None });
+        self.sup.pending.push_back(Pending { id, at_ns, ready: None, ticket });
         Ok(id)
     }
 
@@ -279,9 +315,9 @@ impl<R: Rnic> Dataplane<R> {
 
     /// Applies the swaps whose turn has come, in order.
     pub(super) fn apply_swaps(&mut self, now: u64) {
-        while let Some((spec, limits)) = self.sup.ctl.as_ref().and_then(|(_, rx)| rx.try_recv().ok()) {
+        while let Some((spec, limits, ticket)) = self.sup.ctl.as_ref().and_then(|(_, rx)| rx.try_recv().ok()) {
             let label = spec.label();
-            if let Err(e) = self.submit_swap(spec, limits, None) {
+            if let Err(e) = self.submit_ticketed(spec, limits, None, Some(ticket)) {
                 self.record_refusal(now, label, with_causes(&e), 0, false);
             }
         }
@@ -301,7 +337,15 @@ impl<R: Rnic> Dataplane<R> {
                 None if front.ready.is_none() => break,
                 None => {}
             }
-            let Some(Pending { ready: Some(p), .. }) = self.sup.pending.pop_front() else { break };
+            let Some(Pending { ready: Some(p), ticket, .. }) = self.sup.pending.pop_front() else { break };
+            let taken = ticket.is_none_or(|t| {
+                t.compare_exchange(TICKET_PENDING, TICKET_TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            });
+            if !taken {
+                let why = "cancelled: whoever asked for it stopped waiting before it was ready".to_string();
+                self.record_refusal(now, p.label, why, p.prepare_ns, p.cached);
+                continue;
+            }
             match p.result {
                 Ok(host) => self.install(host, &p.tenants, p.label, now, p.prepare_ns, p.cached),
                 Err(e) => self.record_refusal(now, p.label, with_causes(&e), p.prepare_ns, p.cached),

@@ -491,6 +491,26 @@ impl PolicyHost {
         }
     }
 
+    /// Whether a request of `len` bytes and `op` goes whole by the plan's
+    /// rule with no call (the policy declared such answers its own, ABI
+    /// 1.5, [`RequestCalls::answer`]): what [`PolicyHost::on_request`]
+    /// would answer, [`SplitPlan::WHOLE`], counted as it would count it.
+    /// `false` leaves the request to `on_request`.
+    pub fn answers_whole(&mut self, len: u64, op: RequestOp, plan: &TenantPlan) -> bool {
+        let sends = match self.request_calls {
+            RequestCalls::Every => return false,
+            RequestCalls::Plan { sends }
+            | RequestCalls::PlanExceptShort { sends }
+            | RequestCalls::PlanWithCarry { sends, .. } => sends,
+        };
+        let whole = plan.split_threshold == 0 || len < plan.split_threshold || (op == RequestOp::Send && !sends);
+        if whole {
+            self.counters.calls += 1;
+            self.counters.plan_answers += 1;
+        }
+        whole
+    }
+
     /// The validated split plan for a request.
     pub fn on_request(&mut self, req: &RequestInfo, plan: &TenantPlan) -> SplitPlan {
         self.counters.calls += 1;

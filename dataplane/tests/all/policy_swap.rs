@@ -13,7 +13,10 @@
 //!   once the loader is done, and the module cache serves a second load;
 //!   tenants and QPs added while it loads are announced at the switch;
 //! - in real time, swaps through a `SwapHandle` while the loop spins on
-//!   its own thread and a tenant thread streams.
+//!   its own thread and a tenant thread streams;
+//! - a swap cancelled through its ticket before the loop took it is
+//!   recorded refused and never applies; one the loop took cannot be
+//!   cancelled.
 
 use crate::common;
 
@@ -327,7 +330,7 @@ fn swaps_through_a_handle_while_the_pinned_loop_runs() {
     let order = ["wasm:perf", "passthrough", "perf", trapping.to_str().expect("utf-8"), "wasm:perf"];
     for (k, to) in order.iter().enumerate() {
         std::thread::sleep(Duration::from_millis(10));
-        assert!(swaps.request(PolicySpec::from(*to), WasmLimits::default()));
+        assert!(swaps.request(PolicySpec::from(*to), WasmLimits::default()).is_some());
         // One at a time, so that each policy gets to run.
         let t0 = Instant::now();
         while swaps.recorded() <= k as u64 {
@@ -354,4 +357,38 @@ fn swaps_through_a_handle_while_the_pinned_loop_runs() {
     );
     // Traffic ran across every swap.
     assert!(recs.iter().all(|r| r.at_ns < last_ns), "swaps {recs:?}, last completion at {last_ns} ns");
+}
+
+/// Runs rounds until no swap is pending (the loader answered).
+fn settle_swaps(rig: &mut Rig) {
+    let mut rounds = 0u64;
+    while rig.dp.pending_swaps() > 0 || rounds == 0 {
+        rig.dp.round().expect("round");
+        rounds += 1;
+        assert!(rounds < 50_000_000, "the loader never answered");
+        if rounds.is_multiple_of(1000) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn a_cancelled_swap_is_recorded_refused_and_never_applies() {
+    let mut rig = Rig::new(3, Pol::Passthrough, DataplaneConfig::default());
+    rig.tenant("a", 1, 4096);
+    let handle = rig.dp.swap_handle();
+    let ticket = handle.request(PolicySpec::Named("perf".into()), WasmLimits::default()).expect("asked");
+    assert!(ticket.cancel(), "cancelled before the loop took it");
+    settle_swaps(&mut rig);
+    assert_eq!(rig.dp.policy().name(), "passthrough", "the cancelled swap never applies");
+    let rec = rig.dp.swaps().last().expect("recorded");
+    assert!(matches!(&rec.outcome, SwapOutcome::Refused(why) if why.contains("cancelled")), "{rec:?}");
+    assert_eq!(handle.recorded(), 1);
+    // Taken, it applies, and a late cancel says so.
+    let ticket = handle.request(PolicySpec::Named("perf".into()), WasmLimits::default()).expect("asked");
+    while handle.recorded() < 2 {
+        settle_swaps(&mut rig);
+    }
+    assert!(!ticket.cancel(), "the loop took it: too late to cancel");
+    assert_eq!(rig.dp.policy().name(), "perf");
 }

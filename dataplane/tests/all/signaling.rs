@@ -2,7 +2,8 @@
 //! `post.rs`): the small whole messages of a post list share one CQE, a
 //! message of `GROUP_BYTES` or more has its own, and every message still
 //! completes exactly once, in per-QP order, with its bytes, also when an
-//! error cuts a list.
+//! error cuts a list. The whole-message lane (`engine/whole_lane.rs`)
+//! posts exactly what the general path posts.
 
 use crate::common::*;
 use perf_dataplane::engine::{LoopCost, GROUP_BYTES};
@@ -116,5 +117,29 @@ fn an_error_in_the_middle_of_a_list_completes_each_message_once_in_order() {
             };
             assert_eq!(*status, want, "{pol:?}: message {k}");
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(seeded_config(24, 0x1a4e))]
+
+    /// Messages that go whole by the plan's rule with no policy call take
+    /// the whole-message lane; the same decisions made by a call take the
+    /// general path. Both post the same WQEs at the same times: every
+    /// completion is the same, to its timestamp, and so are the counts of
+    /// WQEs, CQEs and doorbells.
+    #[test]
+    fn the_whole_message_lane_posts_what_the_general_path_posts((qps, ops, seed) in case()) {
+        let run = |pol| run_case_with(&qps, &ops, seed, pol, DataplaneConfig::default(), 200_000_000, |_| {});
+        let (lane, general) = (run(Pol::Passthrough)?, run(Pol::EveryCall)?);
+        for (t, (a, b)) in lane.tenants.iter().zip(&general.tenants).enumerate() {
+            prop_assert_eq!(&a.got, &b.got, "tenant {}'s completions", t);
+        }
+        let (a, b) = (lane.dp.counters(), general.dp.counters());
+        prop_assert_eq!(
+            (a.wqes_posted, a.cqes_polled, a.doorbells, a.data_wqes),
+            (b.wqes_posted, b.cqes_polled, b.doorbells, b.data_wqes)
+        );
+        prop_assert!(lane.dp.policy().counters.plan_answers > 0 && general.dp.policy().counters.plan_answers == 0);
     }
 }

@@ -88,6 +88,20 @@ pub enum Pol {
     Force(ForceSplit),
     /// Another built-in policy, by name (`justitia`, `weighted`, `slo`).
     Named(&'static str),
+    /// [`EveryCall`]: `passthrough`'s decisions, each one a call.
+    EveryCall,
+}
+
+/// `passthrough`'s plans and split rule, but every request is a call
+/// ([`perf_policy_sdk::RequestCalls::Every`], the default): its messages
+/// take the general path where `passthrough`'s take the whole-message
+/// lane.
+pub struct EveryCall;
+
+impl Policy for EveryCall {
+    fn name(&self) -> &str {
+        "every-call"
+    }
 }
 
 impl Pol {
@@ -97,6 +111,7 @@ impl Pol {
             Pol::Perf => PolicyHost::builtin("perf").expect("built-in perf"),
             Pol::Force(p) => PolicyHost::new(Box::new(p)),
             Pol::Named(n) => PolicyHost::load(n).expect("a built-in policy, with any parameters"),
+            Pol::EveryCall => PolicyHost::new(Box::new(EveryCall)),
         }
     }
 
