@@ -7,8 +7,11 @@
 //! `{"cmd":"pause","tenant":T}`, `{"cmd":"resume","tenant":T}`. Answers
 //! carry `"ok": true` and the command's result, or `"ok": false` and an
 //! `"error"` line (a refused swap also carries its record). The server
-//! answers one connection at a time, through the dataplane's
-//! [`OperatorHandle`], which the loop serves at its round boundaries.
+//! answers up to [`MAX_CONTROLLERS`] connections at once, each on its own
+//! thread, through the dataplane's [`OperatorHandle`], which the loop
+//! serves at its round boundaries; a request line must arrive whole
+//! within [`REQUEST_WAIT`], so a slow or silent controller holds only its
+//! own connection, for a bounded time.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -39,6 +42,12 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// How long the server waits for the loop to answer, or for a swap to be
 /// prepared and applied.
 const ANSWER_WAIT: Duration = Duration::from_secs(30);
+
+/// Controllers served at once; one more is answered with an error at once.
+pub const MAX_CONTROLLERS: usize = 16;
+
+/// How long a controller has to send its whole request line.
+pub const REQUEST_WAIT: Duration = Duration::from_secs(5);
 
 /// A request on the socket, and `ctl`'s subcommands.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Subcommand)]
@@ -119,14 +128,63 @@ pub fn check_socket_path(path: &Path, role: SocketRole) -> anyhow::Result<bool> 
     Ok(true)
 }
 
+/// Who may connect to a listening socket: connecting to a Unix socket
+/// needs write permission on its file, so its mode and group say who.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketAccess {
+    /// The socket file's permission bits.
+    pub mode: u32,
+    /// The group it is given, if any (else the process's).
+    pub group: Option<u32>,
+}
+
+impl SocketAccess {
+    /// Only the user the process runs as.
+    pub const OWNER: SocketAccess = SocketAccess { mode: 0o600, group: None };
+
+    /// From `--...-mode` (octal, `0660` or `660`) and `--...-group` (a
+    /// group's name or number); `flag` names the flags in errors.
+    pub fn parse(mode: &str, group: Option<&str>, flag: &str) -> anyhow::Result<SocketAccess> {
+        let bits = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .with_context(|| format!("--{flag}-mode {mode:?}: permission bits in octal, e.g. 0660"))?;
+        let group = match group {
+            None => None,
+            Some(g) => Some(match g.parse::<u32>() {
+                Ok(gid) => gid,
+                Err(_) => nix::unistd::Group::from_name(g)
+                    .with_context(|| format!("--{flag}-group {g:?}: looking the group up"))?
+                    .with_context(|| format!("--{flag}-group {g:?}: no such group"))?
+                    .gid
+                    .as_raw(),
+            }),
+        };
+        Ok(SocketAccess { mode: bits, group })
+    }
+}
+
 /// Binds a listening socket at `path` ([`check_socket_path`] first: only
-/// a stale socket is replaced), non-blocking.
-pub fn bind_socket(path: &Path, role: SocketRole) -> anyhow::Result<UnixListener> {
+/// a stale socket is replaced), non-blocking, with `access`'s mode and
+/// group.
+pub fn bind_socket(path: &Path, role: SocketRole, access: SocketAccess) -> anyhow::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
     let what = role.what();
     if check_socket_path(path, role)? {
         std::fs::remove_file(path).with_context(|| format!("{what} {}: removing the stale socket", path.display()))?;
     }
     let listener = UnixListener::bind(path).with_context(|| format!("{what} {}: cannot listen", path.display()))?;
+    let set = || -> std::io::Result<()> {
+        if let Some(gid) = access.group {
+            std::os::unix::fs::chown(path, None, Some(gid))?;
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
+    };
+    if let Err(e) = set() {
+        let _ = std::fs::remove_file(path);
+        return Err(e)
+            .with_context(|| format!("{what} {}: setting its mode {:o} and group", path.display(), access.mode));
+    }
     listener.set_nonblocking(true).with_context(|| format!("{what} {}: non-blocking accept", path.display()))?;
     Ok(listener)
 }
@@ -139,22 +197,34 @@ pub struct CtlServer {
 }
 
 impl CtlServer {
-    /// Listens on `path` for the run whose loop `op` reaches and whose
-    /// pinned loop started at `started`. A socket left by a run that is
+    /// Listens on `path`, open to `access`, for the run whose loop `op`
+    /// reaches and whose pinned loop started at `started`. A socket left by a run that is
     /// gone is replaced; one a live run listens on, or anything that is not
     /// a socket, is an error ([`check_socket_path`]).
-    pub fn start(path: &Path, op: OperatorHandle, started: Instant) -> anyhow::Result<Self> {
-        let listener = bind_socket(path, SocketRole::Control)?;
+    pub fn start(path: &Path, op: OperatorHandle, started: Instant, access: SocketAccess) -> anyhow::Result<Self> {
+        let listener = bind_socket(path, SocketRole::Control, access)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let slots = crate::conn_slots::ConnSlots::default();
         let thread = std::thread::Builder::new()
             .name("perf-ctl".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            if let Err(e) = serve(stream, &op, started) {
-                                tracing::warn!("control connection: {e:#}");
+                            let Some(slot) = slots.take(MAX_CONTROLLERS) else {
+                                refuse_busy(&stream);
+                                continue;
+                            };
+                            let op = op.clone();
+                            let spawned = std::thread::Builder::new().name("perf-ctl-conn".into()).spawn(move || {
+                                let _slot = slot;
+                                if let Err(e) = serve(stream, &op, started) {
+                                    tracing::warn!("control connection: {e:#}");
+                                }
+                            });
+                            if let Err(e) = spawned {
+                                tracing::warn!("control connection: starting its thread: {e}");
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -192,21 +262,58 @@ impl Drop for CtlServer {
     }
 }
 
+/// Answers a controller past [`MAX_CONTROLLERS`] from the accepting
+/// thread: one short, bounded write.
+fn refuse_busy(stream: &UnixStream) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let error = format!("{MAX_CONTROLLERS} controllers are connected, the most at once: try again later");
+    let mut out = stream;
+    let _ = writeln!(out, "{}", json!({"ok": false, "error": error}));
+}
+
+/// Reads one request line of at most [`MAX_REQUEST_BYTES`], whole within
+/// `wait` (each read waits only for what is left of it). `Ok(None)` for a
+/// line over the cap.
+fn read_request(stream: &UnixStream, wait: Duration) -> anyhow::Result<Option<String>> {
+    let deadline = Instant::now() + wait;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        anyhow::ensure!(!left.is_zero(), "no whole request line within {wait:?}");
+        stream.set_read_timeout(Some(left))?;
+        let n = match (&*stream).read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                anyhow::bail!("no whole request line within {wait:?}")
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let end = buf[..n].iter().position(|&b| b == b'\n');
+        line.extend_from_slice(&buf[..end.unwrap_or(n)]);
+        if line.len() > MAX_REQUEST_BYTES {
+            return Ok(None);
+        }
+        if end.is_some() || n == 0 {
+            return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
+        }
+    }
+}
+
 /// Answers one connection: one request line, one answer line.
 fn serve(stream: UnixStream, op: &OperatorHandle, started: Instant) -> anyhow::Result<()> {
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut line = String::new();
-    BufReader::new(&stream).take(MAX_REQUEST_BYTES as u64 + 1).read_line(&mut line)?;
-    let answer = if line.len() > MAX_REQUEST_BYTES {
-        json!({"ok": false, "error": format!("a request line is at most {MAX_REQUEST_BYTES} bytes")})
-    } else {
-        match serde_json::from_str::<Request>(line.trim()) {
+    let answer = match read_request(&stream, REQUEST_WAIT) {
+        Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
+        Ok(None) => json!({"ok": false, "error": format!("a request line is at most {MAX_REQUEST_BYTES} bytes")}),
+        Ok(Some(line)) => match serde_json::from_str::<Request>(line.trim()) {
             Ok(req) => answer(&req, op, started),
             Err(e) => json!({"ok": false, "error": format!("bad request {:?}: {e}", line.trim())}),
-        }
+        },
     };
     let mut out = &stream;
+    stream.set_write_timeout(Some(REQUEST_WAIT))?;
     writeln!(out, "{answer}")?;
     Ok(())
 }

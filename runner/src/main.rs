@@ -2,6 +2,7 @@
 
 mod calibrate_cmd;
 mod compare_cmd;
+mod conn_slots;
 mod ctl;
 mod devices_cmd;
 mod doctor_cmd;

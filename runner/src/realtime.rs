@@ -142,7 +142,7 @@ pub fn run_realtime(
     let started = Instant::now();
     let dp_thread = dp.run_pinned(core, stop_loop.clone()).context("starting the dataplane thread")?;
     let ctl = match &rt.ctl {
-        Some(p) => match CtlServer::start(p, op.clone(), started) {
+        Some(p) => match CtlServer::start(p, op.clone(), started, crate::ctl::SocketAccess::OWNER) {
             Ok(s) => Some(s),
             Err(e) => {
                 stop_loop.store(true, Ordering::Relaxed);

@@ -50,8 +50,9 @@ use perf_shm::proto::{self, MrWindow, Reply, Request};
 use perf_shm::{CompletionEntry, DaemonEnd, Layout, Opcode, RequestEntry, SegmentStatus, SharedRegion, Status};
 use serde::Deserialize;
 
-use crate::ctl::CtlServer;
-use limits::{ClientSlots, Limits};
+use crate::conn_slots::ConnSlots;
+use crate::ctl::{CtlServer, SocketAccess};
+use limits::Limits;
 
 /// How long a connection waits for the loop to answer a setup command.
 const SETUP_WAIT: Duration = Duration::from_secs(10);
@@ -114,6 +115,21 @@ pub struct Args {
     /// Bytes of regions one client may register, in all.
     #[arg(long, default_value_t = 64 << 30, value_name = "BYTES")]
     max_mr_bytes: u64,
+    /// The tenants' socket's permission bits, octal: who may connect (write
+    /// permission) and so be a tenant.
+    #[arg(long, default_value = "0600", value_name = "MODE")]
+    socket_mode: String,
+    /// The tenants' socket's group (a name or a number), with
+    /// `--socket-mode 0660` to let that group's users connect.
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
+    /// The control socket's permission bits, octal: who may swap policies
+    /// and pause tenants.
+    #[arg(long, default_value = "0600", value_name = "MODE")]
+    ctl_mode: String,
+    /// The control socket's group (a name or a number).
+    #[arg(long, value_name = "GROUP")]
+    ctl_group: Option<String>,
 }
 
 impl Args {
@@ -289,11 +305,11 @@ struct Bridge {
     taken: u64,
     completed: u64,
     /// Completions written to the ring: successful, failed; bytes of the
-    /// successful send-side ones; their latencies summed, ns.
+    /// successful send-side ones; their latencies.
     ok: u64,
     errors: u64,
     bytes: u64,
-    latency_ns: u64,
+    latency: metrics::LatencyCounts,
     /// Whether it broke its ring.
     broken: bool,
     phase: Phase,
@@ -388,7 +404,7 @@ impl Bridge {
                     } else {
                         self.errors += 1;
                     }
-                    self.latency_ns += next.latency_ns;
+                    self.latency.record(next.latency_ns);
                     self.rings.push_completion(next);
                     self.completed += 1;
                     room -= 1;
@@ -575,7 +591,7 @@ impl Hub {
                         ok: b.ok,
                         errors: b.errors,
                         bytes: b.bytes,
-                        latency_ns: b.latency_ns,
+                        latency: b.latency,
                         outstanding: b.outstanding(),
                     })
                     .collect();
@@ -622,7 +638,7 @@ impl Hub {
             ok: 0,
             errors: 0,
             bytes: 0,
-            latency_ns: 0,
+            latency: metrics::LatencyCounts::default(),
             broken: false,
             phase: Phase::Live,
         });
@@ -935,7 +951,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })?;
     let policy =
         PolicyHost::load(&a.policy).map_err(|e| crate::run_cmd::PolicyRefused::new("--policy", &a.policy, e))?;
-    let listener = crate::ctl::bind_socket(&a.socket, crate::ctl::SocketRole::Tenants)?;
+    let socket_access = SocketAccess::parse(&a.socket_mode, a.socket_group.as_deref(), "socket")?;
+    let ctl_access = SocketAccess::parse(&a.ctl_mode, a.ctl_group.as_deref(), "ctl")?;
+    let listener = crate::ctl::bind_socket(&a.socket, crate::ctl::SocketRole::Tenants, socket_access)?;
     let fabric = SimFabric::new(profile, 2, 1, ClockMode::Wall);
     let mut dp = Dataplane::new(fabric.nic(0), policy, DataplaneConfig::default()).context("starting the dataplane")?;
     let op = dp.operator_handle();
@@ -985,7 +1003,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .run_pinned_with(core, stop_loop.clone(), move |dp| Ok(hub.between(dp)))
         .context("starting the dataplane thread")?;
     let ctl_path = a.ctl.clone().unwrap_or_else(crate::ctl::default_socket);
-    let ctl = CtlServer::start(&ctl_path, op, started);
+    let ctl = CtlServer::start(&ctl_path, op, started, ctl_access);
     let ctl = match ctl {
         Ok(c) => c,
         Err(e) => {
@@ -1009,7 +1027,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     let limits = a.limits();
     let ctx = Arc::new(Ctx { tenants, setup: setup_tx, limits });
-    let slots = ClientSlots::default();
+    let slots = ConnSlots::default();
     let (mut refused_busy, mut busy_logged) = (0u64, Instant::now());
     let mut next_conn = 0u64;
     while !stop_signal.load(Ordering::Relaxed) && !dp_thread.is_finished() {

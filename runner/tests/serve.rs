@@ -61,7 +61,7 @@ fn main() {
         return;
     }
     let filter = args.iter().skip(1).find(|a| !a.starts_with('-')).cloned();
-    let tests: [(&str, fn()); 13] = [
+    let tests: [(&str, fn()); 15] = [
         ("two_pairs_of_client_processes_move_every_message_once_in_order_with_its_bytes", two_pairs),
         ("a_client_killed_mid_run_is_cleaned_up_and_the_others_lose_nothing", killed_client),
         ("garbage_in_a_request_ring_errors_that_tenant_only", garbage_ring),
@@ -77,6 +77,8 @@ fn main() {
             "the_daemon_limits_clients_and_their_resources_with_clear_refusals",
             hostile::limits_refuse_clearly_and_the_daemon_serves_on,
         ),
+        ("slow_controllers_hold_only_their_own_connections", hostile::slow_controllers_hold_only_themselves),
+        ("sockets_get_the_mode_and_group_asked_for", hostile::sockets_get_the_mode_and_group_asked_for),
         ("debian_verbs_programs_run_unchanged_through_exec", verbs_apps::debian_programs),
     ];
     let mut ran = 0;
@@ -739,7 +741,11 @@ fn samples(body: &str) -> HashMap<String, f64> {
         }
         let (key, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("sample line {l:?}"));
         let name = key.split('{').next().unwrap_or(key);
-        assert!(typed.iter().any(|t| t == name), "{name} has no # TYPE line before it");
+        let family = ["_bucket", "_sum", "_count"].iter().find_map(|x| name.strip_suffix(x));
+        assert!(
+            typed.iter().any(|t| t == name || family.is_some_and(|f| f == t)),
+            "{name} has no # TYPE line before it"
+        );
         out.insert(key.to_string(), value.parse::<f64>().unwrap_or_else(|e| panic!("{l:?}: {e}")));
     }
     out
@@ -826,6 +832,14 @@ fn perftest_clients_and_metrics() {
     };
     let get = |m: &HashMap<String, f64>, k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in {m:?}"));
     assert!(get(&during, "perf_client_bytes_total{tenant=\"bulk\"}") >= 0.0);
+    // Completion latency is a histogram: its count is the completions
+    // written, and its +Inf bucket holds them all.
+    let written = get(&during, "perf_client_completions_total{tenant=\"bulk\",status=\"success\"}")
+        + get(&during, "perf_client_completions_total{tenant=\"bulk\",status=\"error\"}");
+    let count = get(&during, "perf_client_latency_seconds_count{tenant=\"bulk\"}");
+    assert_eq!(count, written, "{during:?}");
+    assert_eq!(get(&during, "perf_client_latency_seconds_bucket{tenant=\"bulk\",le=\"+Inf\"}"), count);
+    assert!(get(&during, "perf_client_latency_seconds_sum{tenant=\"bulk\"}") >= 0.0);
     assert!(get(&during, "perf_tenant_delivered_total{tenant=\"bulk\"}") >= 0.0);
     // Each client's tenant left with it (flushed, then removed).
     assert!(!after.keys().any(|k| k.contains("tenant=")), "tenants left behind: {after:?}");

@@ -5,10 +5,9 @@
 //!
 //! Each connection's thread counts what it got itself (every QP and
 //! region of a tenant is set up through its one connection), so a quota
-//! costs the loop nothing.
+//! costs the loop nothing. Connections at once are counted in
+//! [`crate::conn_slots`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The limits, from `serve`'s flags.
@@ -55,30 +54,6 @@ impl Limits {
     }
 }
 
-/// The connections being served, against [`Limits::max_clients`].
-#[derive(Debug, Clone, Default)]
-pub struct ClientSlots(Arc<AtomicUsize>);
-
-/// One connection's slot, given back when dropped.
-#[derive(Debug)]
-pub struct ClientSlot(Arc<AtomicUsize>);
-
-impl ClientSlots {
-    /// A slot if fewer than `max` are taken.
-    pub fn take(&self, max: usize) -> Option<ClientSlot> {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .ok()
-            .map(|_| ClientSlot(self.0.clone()))
-    }
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,19 +75,5 @@ mod tests {
         assert!(e.contains("--max-mrs 2"), "{e}");
         // A length near u64::MAX does not wrap past the check.
         assert!(l.check_mr(0, 10, u64::MAX).is_err());
-    }
-
-    #[test]
-    fn client_slots_are_capped_and_come_back_when_dropped() {
-        let slots = ClientSlots::default();
-        let a = slots.take(2).expect("first");
-        let b = slots.take(2).expect("second");
-        assert!(slots.take(2).is_none());
-        drop(a);
-        let c = slots.take(2).expect("a freed slot");
-        assert!(slots.take(2).is_none());
-        drop((b, c));
-        let both = (slots.take(2), slots.take(2));
-        assert!(both.0.is_some() && both.1.is_some());
     }
 }

@@ -38,10 +38,68 @@ pub(super) struct ClientMetrics {
     pub errors: u64,
     /// Bytes of its successful send-side completions.
     pub bytes: u64,
-    /// Sum of its completions' latencies (taken to completed), ns.
-    pub latency_ns: u64,
+    /// Its completions' latencies (taken to completed).
+    pub latency: LatencyCounts,
     /// Requests taken and not yet completed.
     pub outstanding: u64,
+}
+
+/// Upper bounds of the completion-latency histogram's buckets, ns (the
+/// last bucket, `+Inf`, takes the rest): from a loopback round trip on an
+/// idle daemon to a loaded one's tail.
+pub(super) const LATENCY_BOUNDS_NS: [u64; 12] =
+    [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 10_000_000, 100_000_000];
+
+/// A client's completion latencies, counted as the ring bridge writes
+/// them: their sum, and how many fell in each bucket of
+/// [`LATENCY_BOUNDS_NS`] (not cumulative; the last is `+Inf`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct LatencyCounts {
+    /// Sum of the latencies, ns.
+    pub sum_ns: u64,
+    /// Completions per bucket.
+    pub buckets: [u64; LATENCY_BOUNDS_NS.len() + 1],
+}
+
+impl LatencyCounts {
+    /// Counts one completion's latency.
+    pub fn record(&mut self, ns: u64) {
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        let at = LATENCY_BOUNDS_NS.iter().position(|&b| ns <= b).unwrap_or(LATENCY_BOUNDS_NS.len());
+        self.buckets[at] += 1;
+    }
+
+    /// Completions counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+}
+
+/// [`LatencyCounts`] as a Prometheus histogram (`_bucket`, `_sum`,
+/// `_count`), in seconds; set at each scrape from the bridge's counts.
+#[derive(Debug, Clone, Default)]
+struct LatencyHistogram(Arc<std::sync::Mutex<LatencyCounts>>);
+
+impl prometheus_client::metrics::TypedMetric for LatencyHistogram {
+    const TYPE: prometheus_client::metrics::MetricType = prometheus_client::metrics::MetricType::Histogram;
+}
+
+impl prometheus_client::encoding::EncodeMetric for LatencyHistogram {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> Result<(), std::fmt::Error> {
+        let c = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let bounds = LATENCY_BOUNDS_NS.iter().map(|&b| b as f64 / 1e9).chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds.zip(c.buckets).collect();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            c.sum_ns as f64 / 1e9,
+            c.count(),
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
 }
 
 /// What the loop's hub answers to a scrape.
@@ -251,13 +309,13 @@ pub(super) fn encode(snap: &DataplaneSnapshot, hub: &HubMetrics, uptime: Duratio
         "Bytes of the client's successful send-side completions",
         rows(|m| m.bytes),
     );
-    let latency = Family::<Labels, Counter<f64>>::default();
+    let latency = Family::<Labels, LatencyHistogram>::default();
     for m in &hub.clients {
-        latency.get_or_create(&tenant(&m.tenant)).inc_by(m.latency_ns as f64 / 1e9);
+        *latency.get_or_create(&tenant(&m.tenant)).0.lock().unwrap_or_else(|e| e.into_inner()) = m.latency;
     }
     reg.register(
         "perf_client_latency_seconds",
-        "Sum of the client's completion latencies (ring to ring); divide by perf_client_completions_total",
+        "The client's completion latencies, taken from its ring to written to it",
         latency,
     );
     gauges(

@@ -421,3 +421,60 @@ pub(super) fn limits_refuse_clearly_and_the_daemon_serves_on() {
     drop(c);
     daemon.still_serves_then_stops();
 }
+
+/// Controllers are served at once: two that hold their connections
+/// without a whole request (one silent, one a byte at a time) do not hold
+/// `ctl stats` back, and each gets an error when its time is up.
+pub(super) fn slow_controllers_hold_only_themselves() {
+    use std::io::{BufRead, Write};
+    let d = scratch("slowctl");
+    let daemon = Daemon::start(&d);
+    let silent = std::os::unix::net::UnixStream::connect(&daemon.ctl).expect("ctl connects");
+    let mut dribble = std::os::unix::net::UnixStream::connect(&daemon.ctl).expect("ctl connects");
+    dribble.write_all(b"{\"cmd\":").expect("a first byte");
+    let t0 = std::time::Instant::now();
+    assert!(policy(&daemon) == "perf", "stats answers");
+    assert!(t0.elapsed() < Duration::from_secs(3), "ctl stats took {:?} beside two slow controllers", t0.elapsed());
+    // Each slow one is answered with an error once its time is up.
+    for s in [&silent, &dribble] {
+        s.set_read_timeout(Some(Duration::from_secs(15))).expect("timeout");
+        let mut answer = String::new();
+        std::io::BufReader::new(s).read_line(&mut answer).expect("an answer");
+        assert!(answer.contains("\"ok\":false") && answer.contains("within"), "{answer}");
+    }
+    daemon.stop_clean();
+}
+
+/// Who may connect is the operator's choice: the sockets are the owner's
+/// alone by default (0600), and get the mode and group asked for.
+pub(super) fn sockets_get_the_mode_and_group_asked_for() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = |p: &Path| std::fs::metadata(p).expect("socket").permissions().mode() & 0o777;
+    let d = scratch("modes");
+    let daemon = Daemon::start(&d);
+    assert_eq!((mode(&daemon.sock), mode(&daemon.ctl)), (0o600, 0o600), "the defaults");
+    daemon.stop_clean();
+    let d = scratch("modes2");
+    let flags = ["--socket-mode", "0660", "--socket-group", "0", "--ctl-mode", "640", "--ctl-group", "root"];
+    let (daemon, _) = Daemon::start_with(&d, &flags);
+    assert_eq!((mode(&daemon.sock), mode(&daemon.ctl)), (0o660, 0o640));
+    let gid = |p: &Path| std::fs::metadata(p).expect("socket").gid();
+    assert_eq!((gid(&daemon.sock), gid(&daemon.ctl)), (0, 0));
+    daemon.stop_clean();
+    // A mode that is not octal, a group that does not exist: refused before anything listens.
+    for (flag, value, want) in
+        [("--socket-mode", "rw-rw----", "octal"), ("--ctl-group", "no-such-group-here", "no such group")]
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_perf-runner"))
+            .args(["serve", "--socket"])
+            .arg(d.join("x.sock"))
+            .arg("--ctl")
+            .arg(d.join("x.ctl"))
+            .args([flag, value])
+            .output()
+            .expect("serve");
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && text.contains(want), "{flag} {value}: {text}");
+        assert!(!d.join("x.sock").exists(), "nothing listens");
+    }
+}
