@@ -89,6 +89,7 @@ impl Rnic for NullRnic {
                 max_inline_data: 256,
                 traffic_classes: 8,
                 max_rd_atomic: 16,
+                vendor: (0, 0),
             },
         }
     }

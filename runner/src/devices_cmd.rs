@@ -33,7 +33,7 @@ fn render_verbs_device(out: &mut String, d: &VerbsDeviceReport) {
     let _ = writeln!(
         out,
         "\n{}  ({}, fw {}, vendor 0x{:x} part 0x{:x})",
-        d.name, d.transport, d.fw_ver, d.vendor.0, d.vendor.1
+        d.name, d.transport, d.fw_ver, d.caps.vendor.0, d.caps.vendor.1
     );
     match &d.unusable {
         None => {
@@ -190,7 +190,6 @@ mod tests {
             name: "rxe0".into(),
             transport: "InfiniBand/RoCE",
             fw_ver: "0.0.0".into(),
-            vendor: (0xffffff, 0),
             caps: DeviceCaps {
                 cross_channel: false,
                 managed_send: false,
@@ -199,6 +198,7 @@ mod tests {
                 max_inline_data: 256,
                 traffic_classes: 0,
                 max_rd_atomic: 16,
+                vendor: (0xffffff, 0),
             },
             max_qp: 64,
             ports: vec![port],

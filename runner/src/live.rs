@@ -167,7 +167,7 @@ impl<R: Rnic> Rnic for Shared<R> {
         self.lock().clock_ns().saturating_sub(self.epoch.load(Ordering::Relaxed))
     }
 
-    perf_dataplane::forward_rnic!(|s| s.lock(); device_info, cross_channel, port_info, port_traffic, alloc_pd, reg_mr, dereg_mr,
+    perf_dataplane::forward_rnic!(|s| s.lock(); device_info, cross_channel, port_info, port_traffic, initial_psn, alloc_pd, reg_mr, dereg_mr,
         write_mr, read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp, post_send, post_recv,
         poll_cq);
 }

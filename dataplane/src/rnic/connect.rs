@@ -11,7 +11,8 @@ pub const DEFAULT_RNR_RETRY: u8 = 7;
 /// The endpoint data of a local QP, to hand to the peer.
 pub fn endpoint(nic: &dyn Rnic, qp_num: u32) -> QpEndpoint {
     let port = nic.port_info();
-    QpEndpoint { gid: port.gid, qp_num, psn: 0, mtu: port.mtu, max_rd_atomic: nic.device_info().caps.max_rd_atomic }
+    let psn = nic.initial_psn(qp_num) & 0xff_ffff;
+    QpEndpoint { gid: port.gid, qp_num, psn, mtu: port.mtu, max_rd_atomic: nic.device_info().caps.max_rd_atomic }
 }
 
 /// Moves `qp` from RESET to RTS, connected to `remote`.

@@ -13,8 +13,9 @@
 /// The backend is given as a closure-like accessor of `self`:
 /// `|s| s.inner` (a field), `|s| (**s)` (a `Box`), `|s| s.lock()` (a
 /// guard). Any method of the trait may be named; a method the wrapper
-/// neither writes nor names keeps the trait's default (only
-/// `cross_channel` has one) or fails to compile.
+/// neither writes nor names keeps the trait's default (`cross_channel`,
+/// `port_traffic` and `initial_psn` have one) or fails to compile: a
+/// wrapper of a hardware backend must name `initial_psn`.
 ///
 /// ```ignore
 /// impl<R: Rnic> Rnic for Counting<R> {
@@ -22,8 +23,8 @@
 ///         self.posts += wrs.len();
 ///         self.inner.post_send(qp, wrs)
 ///     }
-///     perf_dataplane::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, port_traffic, clock_ns,
-///         alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq, destroy_cq, create_qp,
+///     perf_dataplane::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, port_traffic, initial_psn,
+///         clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq, destroy_cq, create_qp,
 ///         modify_qp, qp_state, destroy_qp, post_recv, poll_cq);
 /// }
 /// ```
@@ -43,6 +44,7 @@ macro_rules! forward_rnic {
     (@sig port_traffic $($to:tt)+) => {
         $crate::forward_rnic!(@ref port_traffic() -> ::core::option::Option<$crate::rnic::PortTraffic>; $($to)+);
     };
+    (@sig initial_psn $($to:tt)+) => { $crate::forward_rnic!(@ref initial_psn(qp_num: u32) -> u32; $($to)+); };
     (@sig clock_ns $($to:tt)+) => { $crate::forward_rnic!(@ref clock_ns() -> u64; $($to)+); };
     (@sig alloc_pd $($to:tt)+) => {
         $crate::forward_rnic!(@mut alloc_pd()

@@ -88,11 +88,12 @@ impl<R: Rnic> Rnic for HostOnly<R> {
             return Err(RnicError::NotSupported("cross-channel and managed QPs: this NIC has no in-NIC cross-channel"));
         }
         let Some(limits) = self.limits.clone() else { return self.inner.create_qp(pd, attr) };
-        let name = self.inner.device_info().name;
+        let info = self.inner.device_info();
+        let name = info.name;
         let send = attr.caps.max_send_wr as u64 + MARKER_SLOTS as u64;
         let recv = attr.caps.max_recv_wr.max(1) as u64;
         let hw = QpCaps { max_send_wr: send.min(u32::MAX as u64) as u32, ..attr.caps };
-        sizing::check_send_depth(&name, SqModel::of_device(&name), limits.max_qp_wr, &hw, hw.max_send_wr)?;
+        sizing::check_send_depth(&name, SqModel::of(&info.caps), limits.max_qp_wr, &hw, hw.max_send_wr)?;
         let (s, r) = (attr.send_cq.0, attr.recv_cq.0);
         if s == r {
             sizing::cq_ring_need(s, *self.attached_mut(s), send + recv, limits.max_cqe)?;
@@ -122,7 +123,7 @@ impl<R: Rnic> Rnic for HostOnly<R> {
         Ok(())
     }
 
-    crate::forward_rnic!(|s| s.inner; port_info, port_traffic, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq,
+    crate::forward_rnic!(|s| s.inner; port_info, port_traffic, initial_psn, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq,
         destroy_cq, modify_qp, qp_state, post_send, post_recv, poll_cq);
 }
 
@@ -161,6 +162,7 @@ mod tests {
             max_inline_data: 220,
             traffic_classes: 0,
             max_rd_atomic: 128,
+            vendor: (0, 0),
         }
     }
 

@@ -59,6 +59,16 @@ pub trait Rnic: Send {
         None
     }
 
+    /// The starting PSN of local QP `qp_num`'s send queue, which its
+    /// endpoint advertises to the peer ([`connect::endpoint`]) and its RTS
+    /// transition uses: 0 by default (the simulator does not model PSNs).
+    /// A hardware backend picks an unpredictable 24-bit one per QP, as
+    /// perftest does, so that a stale or forged packet of an earlier
+    /// connection is not taken as in sequence.
+    fn initial_psn(&self, _qp_num: u32) -> u32 {
+        0
+    }
+
     /// The device clock in nanoseconds: virtual time on the simulator in
     /// virtual-clock mode, a monotonic wall clock otherwise.
     fn clock_ns(&self) -> u64;

@@ -43,17 +43,29 @@ pub enum SqModel {
     Mlx5,
 }
 
+/// The `vendor_id` Mellanox / NVIDIA devices report (their IEEE OUI).
+pub const MELLANOX_OUI: u32 = 0x02c9;
+
 impl SqModel {
-    /// The model of a device by its name: `mlx5_*` devices count blocks.
-    /// (libibverbs names devices after their provider; a renamed mlx5
-    /// device falls back to counting WQEs, the optimistic model, and the
-    /// device's own EINVAL then says the rest.)
-    pub fn of_device(name: &str) -> SqModel {
-        if name.starts_with("mlx5") {
-            SqModel::Mlx5
+    /// The model of a device by its `(vendor_id, vendor_part_id)`
+    /// ([`DeviceCaps::vendor`](super::DeviceCaps::vendor)), and why: the
+    /// device ids that rdma-core's mlx5 provider drives (Connect-IB and
+    /// ConnectX-4 on, PCI ids 0x1011-0x1025, and the BlueField DPUs,
+    /// 0xa2d2-0xa2df) count blocks; anything else counts WQEs. The name
+    /// is not asked: udev renames mlx5 devices (`rocep…`, `ibp…`).
+    pub fn of_vendor(vendor: (u32, u32)) -> (SqModel, String) {
+        let (id, part) = vendor;
+        let mlx5 = id == MELLANOX_OUI && (matches!(part, 0x1011..=0x1025) || matches!(part, 0xa2d2..=0xa2df));
+        if mlx5 {
+            (SqModel::Mlx5, format!("vendor {id:#06x} part {part} ({part:#06x}) is an mlx5 device: 64 B blocks"))
         } else {
-            SqModel::Wqes
+            (SqModel::Wqes, format!("vendor {id:#06x} part {part} ({part:#06x}) is not an mlx5 device: WQEs"))
         }
+    }
+
+    /// The model of a device ([`SqModel::of_vendor`]).
+    pub fn of(caps: &super::DeviceCaps) -> SqModel {
+        Self::of_vendor(caps.vendor).0
     }
 }
 
@@ -153,7 +165,7 @@ pub fn cq_ring_need(cq: u32, attached: u64, adding: u64, max_cqe: u32) -> Result
 pub fn fit_queue_depths(device: &DeviceInfo, qps: usize, sq: u32, rq: u32) -> (u32, u32) {
     let caps = &device.caps;
     let n = qps.max(1) as u64;
-    let model = SqModel::of_device(&device.name);
+    let model = SqModel::of(&device.caps);
     let per_qp_sq = max_send_wr(model, caps.max_qp_wr, &QpCaps::default()) as u64;
     let sq_room = per_qp_sq.min(caps.max_cqe as u64 / n).saturating_sub(MARKER_SLOTS as u64);
     let rq_room = (caps.max_qp_wr as u64).min(caps.max_cqe as u64 / n);
@@ -172,6 +184,7 @@ mod tests {
     use super::*;
     use crate::rnic::DeviceCaps;
 
+    /// A device; an `mlx5_*` name has a ConnectX-6's ids.
     fn device(name: &str, max_qp_wr: u32, max_cqe: u32) -> DeviceInfo {
         DeviceInfo {
             name: name.into(),
@@ -183,6 +196,7 @@ mod tests {
                 max_inline_data: 220,
                 traffic_classes: 8,
                 max_rd_atomic: 16,
+                vendor: if name.starts_with("mlx5") { (MELLANOX_OUI, 0x101b) } else { (0, 0) },
             },
         }
     }
@@ -212,8 +226,14 @@ mod tests {
         // Other providers count WQEs.
         assert_eq!(max_send_wr(SqModel::Wqes, 16384, &caps), 16384);
         assert!(check_send_depth("rxe0", SqModel::Wqes, 16384, &caps, 16385).is_err());
-        assert_eq!(SqModel::of_device("mlx5_1"), SqModel::Mlx5);
-        assert_eq!(SqModel::of_device("rxe0"), SqModel::Wqes);
+        // ConnectX-6 (0x101b), BlueField-2 (0xa2d6), whatever udev named them.
+        assert_eq!(SqModel::of_vendor((MELLANOX_OUI, 0x101b)).0, SqModel::Mlx5);
+        assert_eq!(SqModel::of_vendor((MELLANOX_OUI, 0xa2d6)).0, SqModel::Mlx5);
+        // ConnectX-3 (mlx4, 0x1003), rxe (vendor 0), the simulator.
+        assert_eq!(SqModel::of_vendor((MELLANOX_OUI, 0x1003)).0, SqModel::Wqes);
+        assert_eq!(SqModel::of_vendor((0, 0)).0, SqModel::Wqes);
+        let (_, why) = SqModel::of_vendor((MELLANOX_OUI, 0x101b));
+        assert!(why.contains("0x02c9") && why.contains("4123") && why.contains("mlx5"), "{why}");
     }
 
     #[test]

@@ -452,6 +452,10 @@ pub struct DeviceCaps {
     /// RDMA READs one QP may have outstanding as responder
     /// (`max_qp_rd_atom`); what a peer may ask for in its `max_rd_atomic`.
     pub max_rd_atomic: u32,
+    /// `ibv_query_device`'s `vendor_id` (the IEEE OUI) and
+    /// `vendor_part_id` (the PCI device id); `(0, 0)` where there is none
+    /// (the simulator).
+    pub vendor: (u32, u32),
 }
 
 /// Where a backend runs the cross-channel work requests (WAIT,

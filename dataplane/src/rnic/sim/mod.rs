@@ -284,6 +284,7 @@ impl Rnic for SimRnic {
                 max_inline_data: w.prof.max_inline_data,
                 traffic_classes: 8,
                 max_rd_atomic: 16,
+                vendor: (0, 0),
             },
         }
     }

@@ -36,8 +36,10 @@
 //! [`ASYNC_POLL_NS`], fail what they name, and are kept in
 //! [`VerbsRnic::device_events`].
 //!
-//! Connection: the local starting PSN is always [`LOCAL_PSN`] (0), which is
-//! what [`crate::rnic::connect::endpoint`] advertises. The path MTU is the
+//! Connection: each QP's starting PSN is a 24-bit keyed hash of its number
+//! ([`initial_psn`], the key random per opened device), which is what
+//! [`crate::rnic::connect::endpoint`] advertises, so PSNs are unpredictable
+//! and differ from QP to QP and run to run, as perftest's do. The path MTU is the
 //! smaller of both ports' (the peer's comes in its [`QpEndpoint`]), and a
 //! QP keeps no more RDMA READs in flight than the peer accepts. On InfiniBand ports a QP
 //! can be connected only to a QP of the same port (the trait's
@@ -60,16 +62,19 @@ use crate::rnic::*;
 
 pub use sys::{DeviceAttr, PortAttr};
 
-/// The starting PSN of every local send queue.
-pub const LOCAL_PSN: u32 = 0;
+/// The starting PSN of local QP `qp_num`: 24 bits of a keyed SipHash of
+/// its number (`keys` are random per opened device).
+pub fn initial_psn(keys: &std::collections::hash_map::RandomState, qp_num: u32) -> u32 {
+    use std::hash::BuildHasher;
+    (keys.hash_one(qp_num) & 0xff_ffff) as u32
+}
 /// ACK timeout code used at RTS (4.096 us * 2^14 = 67 ms, perftest's default).
 pub const ACK_TIMEOUT: u8 = 14;
 /// RNR NAK timer code used at RTR (12 = 0.64 ms, perftest's default).
 pub const MIN_RNR_TIMER: u8 = 12;
 /// IP hop limit of RoCE v2 packets.
 pub const HOP_LIMIT: u8 = 64;
-/// IEEE OUI that Mellanox / NVIDIA devices report as `vendor_id`.
-pub const MELLANOX_OUI: u32 = 0x02c9;
+pub use crate::rnic::sizing::MELLANOX_OUI;
 const POLL_BATCH: usize = 64;
 /// How often `poll_cq` reads the asynchronous event fd (a system call).
 pub const ASYNC_POLL_NS: u64 = 1_000_000;
@@ -154,6 +159,8 @@ pub struct VerbsRnic {
     /// The port's traffic counters, sampled beside the loop (`None` where
     /// sysfs has none for the port).
     port_counters: Option<PortSampler>,
+    /// The key of the QPs' starting PSNs ([`initial_psn`]).
+    psn_keys: std::collections::hash_map::RandomState,
 }
 
 fn sysfs_summary() -> String {
@@ -239,6 +246,7 @@ fn caps_of(dev: &sys::DeviceAttr, max_inline: u32) -> DeviceCaps {
         max_inline_data: max_inline,
         traffic_classes: traffic_classes(dev),
         max_rd_atomic: dev.max_qp_rd_atom,
+        vendor: (dev.vendor_id, dev.vendor_part_id),
     }
 }
 
@@ -282,7 +290,6 @@ fn device_report(ctx: &Arc<sys::Context>, name: &str, transport_type: i32) -> Re
         name: name.to_owned(),
         transport: transport_name(transport_type),
         fw_ver: dev.fw_ver.clone(),
-        vendor: (dev.vendor_id, dev.vendor_part_id),
         caps: caps_of(&dev, probe_max_inline(ctx)),
         max_qp: dev.max_qp,
         ports,
@@ -304,7 +311,6 @@ pub fn list_devices() -> Result<Vec<VerbsDeviceReport>, RnicError> {
             name: name.clone(),
             transport: transport_name(t),
             fw_ver: String::new(),
-            vendor: (0, 0),
             caps: caps_of(
                 &sys::DeviceAttr {
                     fw_ver: String::new(),
@@ -399,6 +405,7 @@ impl VerbsRnic {
             device_events: Vec::new(),
             next_async_ns: if events_readable { 0 } else { u64::MAX },
             port_counters: PortSampler::start(counters, start),
+            psn_keys: std::collections::hash_map::RandomState::new(),
         })
     }
 
@@ -453,7 +460,7 @@ impl VerbsRnic {
         Ok(QpEndpoint {
             gid: self.gid,
             qp_num: e.qp.qp_num(),
-            psn: LOCAL_PSN,
+            psn: initial_psn(&self.psn_keys, e.qp.qp_num()),
             mtu: ibv_abi::mtu_bytes(self.port_attr.active_mtu).unwrap_or(0),
             max_rd_atomic: self.dev.max_qp_rd_atom,
         })
@@ -670,6 +677,10 @@ impl Rnic for VerbsRnic {
         CrossChannel::HostGated
     }
 
+    fn initial_psn(&self, qp_num: u32) -> u32 {
+        initial_psn(&self.psn_keys, qp_num)
+    }
+
     fn port_info(&self) -> PortInfo {
         let (a, active) = match self.ctx.query_port(self.port) {
             Ok(a) => (a, a.state == ibv_abi::port_state::ACTIVE),
@@ -807,7 +818,7 @@ impl Rnic for VerbsRnic {
         };
         sizing::check_send_depth(
             &self.name,
-            SqModel::of_device(&self.name),
+            SqModel::of_vendor((self.dev.vendor_id, self.dev.vendor_part_id)).0,
             d.max_qp_wr,
             &hw_caps,
             hw_caps.max_send_wr,
@@ -933,7 +944,7 @@ impl Rnic for VerbsRnic {
                     return Err(RnicError::InvalidArgument("retry_cnt and rnr_retry range over 0 to 7".into()));
                 }
                 e.qp.modify(sys::QpModify::Rts(sys::RtsAttr {
-                    sq_psn: LOCAL_PSN,
+                    sq_psn: initial_psn(&self.psn_keys, e.qp.qp_num()),
                     timeout: ACK_TIMEOUT,
                     retry_cnt,
                     rnr_retry,
@@ -1058,6 +1069,19 @@ impl Rnic for VerbsRnic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starting_psns_are_24_bit_and_differ_by_qp_and_by_device() {
+        let (a, b) = (std::collections::hash_map::RandomState::new(), std::collections::hash_map::RandomState::new());
+        let of =
+            |k: &std::collections::hash_map::RandomState| (0..64u32).map(|q| initial_psn(k, q)).collect::<Vec<_>>();
+        let (pa, pb) = (of(&a), of(&b));
+        assert!(pa.iter().chain(&pb).all(|&p| p <= 0xff_ffff));
+        let distinct: std::collections::HashSet<_> = pa.iter().collect();
+        assert!(distinct.len() >= 60, "64 QPs, {} PSNs", distinct.len());
+        assert_ne!(pa, pb, "two devices' keys give other PSNs");
+        assert_eq!(initial_psn(&a, 7), pa[7], "a QP's PSN is the same at its endpoint and at RTS");
+    }
     use rdma_sys as ffi;
 
     #[test]

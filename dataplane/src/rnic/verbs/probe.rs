@@ -137,8 +137,6 @@ pub struct VerbsDeviceReport {
     pub transport: &'static str,
     /// Firmware version.
     pub fw_ver: String,
-    /// PCI vendor and part id.
-    pub vendor: (u32, u32),
     /// Capabilities as the backend reports them in `DeviceInfo`.
     pub caps: DeviceCaps,
     /// Largest number of QPs.
@@ -301,7 +299,7 @@ pub fn memlock_limit() -> Option<Option<u64>> {
 /// rings rounded up to powers of two, 64 B CQEs), so they count against
 /// the locked-memory limit; other providers (rxe) keep them in the kernel.
 pub fn pinned_bytes(dev: &VerbsDeviceReport, qps: u64, sq: u32, rq: u32, buffers: u64, loopback: bool) -> u64 {
-    let rings = match SqModel::of_device(&dev.name) {
+    let rings = match SqModel::of(&dev.caps) {
         SqModel::Mlx5 => {
             let wqe = sizing::mlx5_send_wqe_bytes(&QpCaps::default()) as u64;
             let send = ((sq + MARKER_SLOTS) as u64 * wqe).next_power_of_two();
@@ -382,7 +380,7 @@ pub fn device_checks(dev: &VerbsDeviceReport, qps: usize, sq: u32, rq: u32) -> V
     let caps = &dev.caps;
     let info = DeviceInfo { name: dev.name.clone(), caps: caps.clone() };
     let (fit_sq, fit_rq) = sizing::fit_queue_depths(&info, qps, sq, rq);
-    let model = SqModel::of_device(n);
+    let (model, model_why) = SqModel::of_vendor(dev.caps.vendor);
     let per_qp = sizing::max_send_wr(model, caps.max_qp_wr, &QpCaps::default());
     let slots = match model {
         SqModel::Mlx5 => format!(
@@ -394,7 +392,7 @@ pub fn device_checks(dev: &VerbsDeviceReport, qps: usize, sq: u32, rq: u32) -> V
     out.push(Check::new(
         format!("{n}: send queue"),
         if per_qp >= sq + MARKER_SLOTS { Ok } else { Warn },
-        format!("{slots}; the dataplane asks {sq} + {MARKER_SLOTS} marker slots"),
+        format!("queue model: {model_why}; {slots}; the dataplane asks {sq} + {MARKER_SLOTS} marker slots"),
         (per_qp < sq + MARKER_SLOTS)
             .then_some("the live runner lowers the depth to fit; fewer SGEs or less inline data would allow more"),
     ));
@@ -506,6 +504,7 @@ mod tests {
             max_inline_data: 0,
             traffic_classes: 8,
             max_rd_atomic: 16,
+            vendor: (0, 0),
         }
     }
 
@@ -571,7 +570,6 @@ mod tests {
             name: "rxe0".into(),
             transport: "InfiniBand/RoCE",
             fw_ver: String::new(),
-            vendor: (0, 0),
             caps: caps(false),
             max_qp: 1,
             ports: Vec::new(),
@@ -607,8 +605,13 @@ mod tests {
             name: name.into(),
             transport: "InfiniBand/RoCE",
             fw_ver: String::new(),
-            vendor: (0x02c9, 0x101b),
-            caps: DeviceCaps { max_qp_wr, max_cqe, ..caps(false) },
+            // A ConnectX-6's ids for an `mlx5_*` name, none for others.
+            caps: DeviceCaps {
+                max_qp_wr,
+                max_cqe,
+                vendor: if name.starts_with("mlx5") { (0x02c9, 0x101b) } else { (0, 0) },
+                ..caps(false)
+            },
             max_qp: 1 << 17,
             ports,
             unusable: None,
@@ -657,6 +660,8 @@ mod tests {
         let sq = checks.iter().find(|c| c.name.ends_with("send queue")).expect("sq");
         assert_eq!(sq.level, CheckLevel::Warn);
         assert!(sq.detail.contains("448 B") && sq.detail.contains("4681"), "{sq:?}");
+        // It says which queue model it chose and why: by the device's ids.
+        assert!(sq.detail.contains("queue model: vendor 0x02c9 part 4123") && sq.detail.contains("mlx5"), "{sq:?}");
     }
 
     #[test]
