@@ -2,7 +2,6 @@
 //! zero-weight WRs) and delivering each application message's completion
 //! exactly once, in per-QP order; failing a QP and flushing what it held.
 
-use super::intake::failed_completion;
 use super::*;
 
 impl<R: Rnic> Dataplane<R> {
@@ -35,10 +34,10 @@ impl<R: Rnic> Dataplane<R> {
             }
         });
         if let Some(c) = q.cursor.take() {
-            q.dead.push_back(failed_completion(&c.wr, cursor_status, now));
+            q.dead.push_back(Completion::failed(&c.wr, cursor_status, now));
         }
         while let Some(wr) = q.held.pop_front() {
-            q.dead.push_back(failed_completion(&wr, WcStatus::WrFlushErr, now));
+            q.dead.push_back(Completion::failed(&wr, WcStatus::WrFlushErr, now));
         }
         self.flush_dead(qi);
     }
@@ -159,16 +158,7 @@ impl<R: Rnic> Dataplane<R> {
                 Meta::App { wr_id, len, posted_ns } => {
                     let status = q.pending_error.take().unwrap_or(status);
                     q.outstanding = q.outstanding.saturating_sub(1);
-                    out.push(Completion {
-                        wr_id,
-                        qp: index,
-                        status,
-                        kind: CompletionKind::Send,
-                        byte_len: if status.is_ok() { len } else { 0 },
-                        imm: None,
-                        posted_ns,
-                        completed_ns: now,
-                    });
+                    out.push(Completion::send(wr_id, index, status, len, posted_ns, now));
                 }
             }
             if this {
@@ -218,16 +208,7 @@ impl<R: Rnic> Dataplane<R> {
         let Some(wr) = q.recvs.pop_front() else { return };
         self.cq_used[1] = self.cq_used[1].saturating_sub(1);
         let t = q.tenant as usize;
-        let c = Completion {
-            wr_id: wr.wr_id,
-            qp: q.index,
-            status: wc.status,
-            kind: CompletionKind::Recv,
-            byte_len: wc.byte_len,
-            imm: wc.imm,
-            posted_ns: wr.posted_ns,
-            completed_ns: now,
-        };
+        let c = Completion::recv(&wr, q.index, wc.status, wc.byte_len, wc.imm, now);
         self.deliver(t, c);
     }
 }

@@ -47,18 +47,7 @@ impl<R: Rnic> Dataplane<R> {
 
     pub(super) fn refuse(&mut self, t: usize, wr: &WorkRequest, status: WcStatus, now: u64) {
         self.counters.refused += 1;
-        let kind = if wr.op == RequestOp::Recv { CompletionKind::Recv } else { CompletionKind::Send };
-        let c = Completion {
-            wr_id: wr.wr_id,
-            qp: wr.qp,
-            status,
-            kind,
-            byte_len: 0,
-            imm: None,
-            posted_ns: wr.posted_ns,
-            completed_ns: now,
-        };
-        self.deliver(t, c);
+        self.deliver(t, Completion::failed(wr, status, now));
     }
 
     pub(super) fn drain_requests(&mut self, now: u64) -> bool {
@@ -108,7 +97,7 @@ impl<R: Rnic> Dataplane<R> {
                         self.refuse(t, &wr, WcStatus::WrFlushErr, now);
                     } else {
                         // Behind whatever the QP still has in flight.
-                        self.qps[qi].dead.push_back(failed_completion(&wr, WcStatus::WrFlushErr, now));
+                        self.qps[qi].dead.push_back(Completion::failed(&wr, WcStatus::WrFlushErr, now));
                         self.flush_dead(qi);
                     }
                     continue;
@@ -174,19 +163,5 @@ impl<R: Rnic> Dataplane<R> {
                 self.refuse(t, &wr, status, now);
             }
         }
-    }
-}
-
-/// The completion of a request that a failed QP never posted.
-pub(super) fn failed_completion(wr: &WorkRequest, status: WcStatus, now: u64) -> Completion {
-    Completion {
-        wr_id: wr.wr_id,
-        qp: wr.qp,
-        status,
-        kind: CompletionKind::Send,
-        byte_len: 0,
-        imm: None,
-        posted_ns: wr.posted_ns,
-        completed_ns: now,
     }
 }

@@ -420,16 +420,7 @@ impl<R: Rnic> Dataplane<R> {
                 if let Meta::App { wr_id, posted_ns, .. } = s.meta {
                     let status = first.take().unwrap_or(WcStatus::WrFlushErr);
                     q.outstanding = q.outstanding.saturating_sub(1);
-                    q.dead.push_back(Completion {
-                        wr_id,
-                        qp: q.index,
-                        status,
-                        kind: CompletionKind::Send,
-                        byte_len: 0,
-                        imm: None,
-                        posted_ns,
-                        completed_ns: now,
-                    });
+                    q.dead.push_back(Completion::send(wr_id, q.index, status, 0, posted_ns, now));
                 }
             }
             self.fail_qp(qi, Some(first.unwrap_or(WcStatus::WrFlushErr)));

@@ -21,7 +21,7 @@
 //! ([`Dataplane::connect_qp`]) to a peer QP the peer reset or created.
 
 use super::qp::{DpQp, Meta};
-use super::tenant::{Completion, CompletionKind};
+use super::tenant::Completion;
 use super::Dataplane;
 use super::EngineError;
 use crate::rnic::*;
@@ -103,16 +103,7 @@ impl<R: Rnic> Dataplane<R> {
         let (released, messages) = q.posted.drain();
         for meta in messages {
             if let Meta::App { wr_id, posted_ns, .. } = meta {
-                out.push(Completion {
-                    wr_id,
-                    qp: index,
-                    status: WcStatus::WrFlushErr,
-                    kind: CompletionKind::Send,
-                    byte_len: 0,
-                    imm: None,
-                    posted_ns,
-                    completed_ns: now,
-                });
+                out.push(Completion::send(wr_id, index, WcStatus::WrFlushErr, 0, posted_ns, now));
             }
         }
         self.counters.hidden_completions += retired - out.len() as u64;
@@ -138,20 +129,8 @@ impl<R: Rnic> Dataplane<R> {
         let t = q.tenant as usize;
         let index = q.index;
         self.cq_used[1] = self.cq_used[1].saturating_sub(q.recvs.len() as u64);
-        let out: Vec<Completion> = q
-            .recvs
-            .drain(..)
-            .map(|wr| Completion {
-                wr_id: wr.wr_id,
-                qp: index,
-                status: WcStatus::WrFlushErr,
-                kind: CompletionKind::Recv,
-                byte_len: 0,
-                imm: None,
-                posted_ns: wr.posted_ns,
-                completed_ns: now,
-            })
-            .collect();
+        let out: Vec<Completion> =
+            q.recvs.drain(..).map(|wr| Completion::recv(&wr, index, WcStatus::WrFlushErr, 0, None, now)).collect();
         for c in out {
             self.counters.refused += 1;
             self.deliver(t, c);

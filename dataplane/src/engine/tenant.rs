@@ -94,6 +94,32 @@ pub struct Completion {
     pub completed_ns: u64,
 }
 
+impl Completion {
+    /// A send-side message's completion (WRITE, WRITE_WITH_IMM, SEND,
+    /// READ): its `len` bytes counted only if it succeeded.
+    pub fn send(wr_id: u64, qp: u32, status: WcStatus, len: u32, posted_ns: u64, completed_ns: u64) -> Completion {
+        let byte_len = if status.is_ok() { len } else { 0 };
+        Completion { wr_id, qp, status, kind: CompletionKind::Send, byte_len, imm: None, posted_ns, completed_ns }
+    }
+
+    /// RECV `wr`'s completion on the tenant's QP `qp`: the bytes that
+    /// landed and the immediate, if any.
+    pub fn recv(wr: &WorkRequest, qp: u32, status: WcStatus, byte_len: u32, imm: Option<u32>, at: u64) -> Completion {
+        let (wr_id, posted_ns) = (wr.wr_id, wr.posted_ns);
+        Completion { wr_id, qp, status, kind: CompletionKind::Recv, byte_len, imm, posted_ns, completed_ns: at }
+    }
+
+    /// The completion of request `wr` that moved no data: refused at the
+    /// door, or flushed before or after it reached the NIC.
+    pub fn failed(wr: &WorkRequest, status: WcStatus, completed_ns: u64) -> Completion {
+        if wr.op == RequestOp::Recv {
+            Completion::recv(wr, wr.qp, status, 0, None, completed_ns)
+        } else {
+            Completion::send(wr.wr_id, wr.qp, status, 0, wr.posted_ns, completed_ns)
+        }
+    }
+}
+
 /// Why a post was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PostRefused {
