@@ -12,3 +12,4 @@ mod policy_suite;
 mod realtime_ctl;
 mod scenarios;
 mod verbs_backend;
+mod verbs_over_perf_verbs;
