@@ -90,7 +90,7 @@ impl Rnic for TimedNic {
         self.timed(|n| n.poll_cq(cq, out))
     }
 
-    perf_dataplane::forward_rnic!(|s| s.inner; device_info, port_info, port_traffic, initial_psn, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr,
+    perf_dataplane::forward_rnic!(|s| s.inner; device_info, port_info, port_traffic, initial_psn, backend_counters, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr,
         read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp);
 }
 

@@ -167,7 +167,7 @@ impl<R: Rnic> Rnic for Shared<R> {
         self.lock().clock_ns().saturating_sub(self.epoch.load(Ordering::Relaxed))
     }
 
-    perf_dataplane::forward_rnic!(|s| s.lock(); device_info, cross_channel, port_info, port_traffic, initial_psn, alloc_pd, reg_mr, dereg_mr,
+    perf_dataplane::forward_rnic!(|s| s.lock(); device_info, cross_channel, port_info, port_traffic, initial_psn, backend_counters, alloc_pd, reg_mr, dereg_mr,
         write_mr, read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp, post_send, post_recv,
         poll_cq);
 }
@@ -281,7 +281,8 @@ pub fn run_live<R: Rnic, P: Rnic + Clone>(
     let hw = format!("{} ({:?})", dp.nic().device_info().name, dp.nic().cross_channel());
     // A real NIC's wire counters are not read (ethtool / port counters
     // are outside libibverbs): only the tenants' own figures.
-    let rnic = RnicReport { utilization: 0.0, wire_payload_gbps: 0.0, sched_turns: 0, ctrl_wqes: 0 };
+    let backend = dp.nic().backend_counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let rnic = RnicReport { utilization: 0.0, wire_payload_gbps: 0.0, sched_turns: 0, ctrl_wqes: 0, backend };
     Ok(run_cmd::report_of(policy, hw, &dp, tenants, rnic, NicTimeline::new(run_cmd::bucket_ns(sc)), end))
 }
 

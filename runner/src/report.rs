@@ -193,6 +193,10 @@ pub struct RnicReport {
     pub sched_turns: u64,
     /// Control WQEs (WAIT, SEND_ENABLE, NOP) executed.
     pub ctrl_wqes: u64,
+    /// What the backend counted of its own work (`Rnic::backend_counters`:
+    /// the verbs backend's host gate and reaping), by name; empty on the
+    /// simulator.
+    pub backend: std::collections::BTreeMap<String, u64>,
 }
 
 /// The dataplane's work per completed application message. In virtual

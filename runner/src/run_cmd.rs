@@ -415,6 +415,7 @@ pub fn report(
         wire_payload_gbps: nic.port.payload_bytes as f64 * 8.0 / total as f64,
         sched_turns: nic.sched.turns,
         ctrl_wqes: nic.sched.ctrl_wqes,
+        backend: Default::default(),
     };
     report_of(policy, format!("{hw:?}"), dp, tenants, rnic, nic_timeline, total)
 }

@@ -255,6 +255,6 @@ impl<R: Rnic> Rnic for RendezvousReceiver<R> {
         }
     }
 
-    crate::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, port_traffic, initial_psn, clock_ns, alloc_pd, write_mr, read_mr,
+    crate::forward_rnic!(|s| s.inner; device_info, cross_channel, port_info, port_traffic, initial_psn, backend_counters, clock_ns, alloc_pd, write_mr, read_mr,
         create_cq, destroy_cq, modify_qp, qp_state, post_send);
 }

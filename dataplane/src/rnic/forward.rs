@@ -14,7 +14,7 @@
 /// `|s| s.inner` (a field), `|s| (**s)` (a `Box`), `|s| s.lock()` (a
 /// guard). Any method of the trait may be named; a method the wrapper
 /// neither writes nor names keeps the trait's default (`cross_channel`,
-/// `port_traffic` and `initial_psn` have one) or fails to compile: a
+/// `port_traffic`, `initial_psn` and `backend_counters` have one) or fails to compile: a
 /// wrapper of a hardware backend must name `initial_psn`.
 ///
 /// ```ignore
@@ -45,6 +45,9 @@ macro_rules! forward_rnic {
         $crate::forward_rnic!(@ref port_traffic() -> ::core::option::Option<$crate::rnic::PortTraffic>; $($to)+);
     };
     (@sig initial_psn $($to:tt)+) => { $crate::forward_rnic!(@ref initial_psn(qp_num: u32) -> u32; $($to)+); };
+    (@sig backend_counters $($to:tt)+) => {
+        $crate::forward_rnic!(@ref backend_counters() -> ::std::vec::Vec<(&'static str, u64)>; $($to)+);
+    };
     (@sig clock_ns $($to:tt)+) => { $crate::forward_rnic!(@ref clock_ns() -> u64; $($to)+); };
     (@sig alloc_pd $($to:tt)+) => {
         $crate::forward_rnic!(@mut alloc_pd()

@@ -123,7 +123,7 @@ impl<R: Rnic> Rnic for HostOnly<R> {
         Ok(())
     }
 
-    crate::forward_rnic!(|s| s.inner; port_info, port_traffic, initial_psn, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq,
+    crate::forward_rnic!(|s| s.inner; port_info, port_traffic, initial_psn, backend_counters, clock_ns, alloc_pd, reg_mr, dereg_mr, write_mr, read_mr, create_cq,
         destroy_cq, modify_qp, qp_state, post_send, post_recv, poll_cq);
 }
 

@@ -69,6 +69,13 @@ pub trait Rnic: Send {
         0
     }
 
+    /// What the backend counts of its own work, by name (the verbs
+    /// backend: its host gate's control WQEs, markers and added signals,
+    /// the device CQEs it reaped); none by default.
+    fn backend_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// The device clock in nanoseconds: virtual time on the simulator in
     /// virtual-clock mode, a monotonic wall clock otherwise.
     fn clock_ns(&self) -> u64;

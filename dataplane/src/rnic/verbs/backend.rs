@@ -161,6 +161,8 @@ pub struct VerbsRnic {
     port_counters: Option<PortSampler>,
     /// The key of the QPs' starting PSNs ([`initial_psn`]).
     psn_keys: std::collections::hash_map::RandomState,
+    /// CQEs reaped from the device CQs into the gate.
+    reaped: u64,
 }
 
 fn sysfs_summary() -> String {
@@ -406,6 +408,7 @@ impl VerbsRnic {
             next_async_ns: if events_readable { 0 } else { u64::MAX },
             port_counters: PortSampler::start(counters, start),
             psn_keys: std::collections::hash_map::RandomState::new(),
+            reaped: 0,
         })
     }
 
@@ -587,6 +590,7 @@ impl VerbsRnic {
                 Err(e) => break Err(e),
             };
             let now = self.now();
+            self.reaped += n as u64;
             for w in raw.drain(..) {
                 self.deliver(w, now);
             }
@@ -679,6 +683,19 @@ impl Rnic for VerbsRnic {
 
     fn initial_psn(&self, qp_num: u32) -> u32 {
         initial_psn(&self.psn_keys, qp_num)
+    }
+
+    fn backend_counters(&self) -> Vec<(&'static str, u64)> {
+        let g = self.gate.counters();
+        vec![
+            ("gate_ctrl_executed", g.ctrl_executed),
+            ("gate_hw_posted", g.hw_posted),
+            ("gate_markers", g.markers),
+            ("gate_signals_added", g.signals_added),
+            ("gate_hidden_cqes", g.hidden_cqes),
+            ("gate_wait_blocks", g.wait_blocks),
+            ("cqes_reaped", self.reaped),
+        ]
     }
 
     fn port_info(&self) -> PortInfo {

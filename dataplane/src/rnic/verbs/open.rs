@@ -49,7 +49,7 @@ fn open_impl(name: &str, _gid: &GidChoice) -> Result<Box<dyn Rnic>, RnicError> {
 }
 
 impl<R: Rnic + ?Sized> Rnic for Box<R> {
-    crate::forward_rnic!(|s| (**s); device_info, cross_channel, port_info, port_traffic, initial_psn, clock_ns, alloc_pd, reg_mr, dereg_mr,
+    crate::forward_rnic!(|s| (**s); device_info, cross_channel, port_info, port_traffic, initial_psn, backend_counters, clock_ns, alloc_pd, reg_mr, dereg_mr,
         write_mr, read_mr, create_cq, destroy_cq, create_qp, modify_qp, qp_state, destroy_qp, post_send, post_recv,
         poll_cq);
 }
