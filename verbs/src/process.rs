@@ -69,8 +69,11 @@ pub struct QpState {
     sig_all: bool,
     /// Its verbs state (`IBV_QPS_*`).
     pub state: v::ibv_qp_state,
-    /// The QP number it was connected to.
+    /// The QP number it was connected to (meaningful once `connected`).
     pub dest_qpn: u32,
+    /// Whether the daemon connected it (its RECVs go to the daemon from
+    /// then on; QP number 0 is a valid number to be connected to).
+    connected: bool,
     /// Its capabilities as granted.
     pub cap: v::ibv_qp_cap,
     pending: VecDeque<SendMeta>,
@@ -287,6 +290,7 @@ impl Process {
             sig_all,
             state: v::IBV_QPS_RESET,
             dest_qpn: 0,
+            connected: false,
             cap,
             pending: VecDeque::new(),
             early_recvs: Vec::new(),
@@ -318,6 +322,7 @@ impl Process {
         })?;
         let q = self.qp(index)?;
         q.dest_qpn = dest;
+        q.connected = true;
         let early = std::mem::take(&mut q.early_recvs);
         self.wrs.clear();
         self.wrs.extend(early.iter().copied());
@@ -378,7 +383,7 @@ impl Process {
         let (mr, offset) = self.region(lkey, addr, len)?;
         let wr = WorkRequest { wr_id, qp, op: Op::Recv, mr, offset, len };
         let q = self.qp(qp)?;
-        if q.dest_qpn == 0 {
+        if !q.connected {
             q.early_recvs.push(wr);
         } else {
             self.wrs.push(wr);
