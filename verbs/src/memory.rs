@@ -36,9 +36,12 @@ fn page_size() -> u64 {
 }
 
 /// The pages `[addr, addr + len)` lie on, remapped onto a memfd (or the
-/// memfd an earlier registration made of them): returns the index in
-/// `shared`. A range that overlaps earlier pages only in part is refused
-/// (`EINVAL`): remapping those again would cut the earlier region off.
+/// memfd an earlier registration made of them), counted as one more live
+/// registration: returns the index in `shared`. A range that overlaps
+/// earlier pages only in part is remapped whole with them when none of
+/// them is registered any more (a heap that reuses a freed buffer's
+/// pages); while one is, it is refused (`EINVAL`): remapping those pages
+/// would cut that region off from the application's memory.
 pub fn share(shared: &mut Vec<SharedPages>, addr: u64, len: u64) -> Result<usize, Errno> {
     let page = page_size();
     let end = addr.checked_add(len).ok_or(Errno(libc::EINVAL))?;
@@ -48,17 +51,33 @@ pub fn share(shared: &mut Vec<SharedPages>, addr: u64, len: u64) -> Result<usize
         return Err(Errno(libc::EINVAL));
     }
     if let Some(i) = shared.iter().position(|s| s.start <= start && end <= s.end) {
+        shared[i].live += 1;
         return Ok(i);
     }
-    if shared.iter().any(|s| s.start < end && start < s.end) {
+    let overlaps = |s: &SharedPages| s.start < end && start < s.end;
+    if shared.iter().any(|s| overlaps(s) && s.live > 0) {
         crate::warn(&format!(
-            "a region at 0x{addr:x} ({len} B) shares pages with an earlier one but does not lie within it"
+            "a region at 0x{addr:x} ({len} B) shares pages with a registered one but does not lie within it"
         ));
         return Err(Errno(libc::EINVAL));
     }
-    let file = remap(start, end - start)?;
-    shared.push(SharedPages { start, end, file });
+    // Free pages of earlier registrations it overlaps are remapped with it.
+    let (mut lo, mut hi) = (start, end);
+    for s in shared.iter().filter(|s| overlaps(s)) {
+        (lo, hi) = (lo.min(s.start), hi.max(s.end));
+    }
+    let file = remap(lo, hi - lo)?;
+    shared.retain(|s| !overlaps(s));
+    shared.push(SharedPages { start: lo, end: hi, file, live: 1 });
     Ok(shared.len() - 1)
+}
+
+/// One registration on the pages of `[addr, addr + len)` ended.
+pub fn release(shared: &mut [SharedPages], addr: u64, len: u64) {
+    let end = addr.saturating_add(len);
+    if let Some(s) = shared.iter_mut().find(|s| s.start <= addr && end <= s.end) {
+        s.live = s.live.saturating_sub(1);
+    }
 }
 
 /// Copies the `n` bytes at `start` into a new sealed memfd and maps it
@@ -125,5 +144,18 @@ mod tests {
         assert_eq!(share(&mut shared, addr + 100, 100).expect("within"), i);
         let s_end = shared[i].end;
         assert!(share(&mut shared, s_end - 10, 4096).is_err());
+        // Once both registrations on them ended, the pages are free: a
+        // range across their end takes them and the next page, as one
+        // memfd, bytes kept and the buffer still the memfd.
+        release(&mut shared, addr, 8192);
+        release(&mut shared, addr + 100, 100);
+        let j = share(&mut shared, s_end - 10, 20).expect("over free pages");
+        assert_eq!(shared.len(), 1, "the free pages merged into the new range");
+        assert!(shared[j].start <= addr && shared[j].end > s_end);
+        assert_eq!(&buf[10..15], b"hello");
+        assert!(buf.iter().enumerate().skip(15).all(|(i, &b)| b == (i % 251) as u8), "bytes kept");
+        let off = addr - shared[j].start;
+        shared[j].file.write_at(b"again", off).expect("pwrite");
+        assert_eq!(&buf[10..15], b"again");
     }
 }

@@ -49,6 +49,8 @@ pub struct SharedPages {
     pub end: u64,
     /// The memfd the pages are now.
     pub file: File,
+    /// Registrations on these pages not deregistered yet.
+    pub live: u32,
 }
 
 /// What a send-side WR asked for, kept until its completion comes back.
@@ -58,6 +60,9 @@ struct SendMeta {
     signaled: bool,
     opcode: v::ibv_wc_opcode,
     len: u32,
+    /// Posted while the QP was in ERR: it never went to the daemon, and
+    /// completes with a flush error as soon as every WR before it has.
+    flushed: bool,
 }
 
 /// A QP of this process.
@@ -373,9 +378,67 @@ impl Process {
         };
         let q = self.qp(qp)?;
         let signaled = wr.signaled || q.sig_all;
-        q.pending.push_back(SendMeta { wr_id: wr.wr_id, signaled, opcode: wc_opcode, len });
+        q.pending.push_back(SendMeta { wr_id: wr.wr_id, signaled, opcode: wc_opcode, len, flushed: false });
         self.wrs.push(WorkRequest { wr_id: wr.wr_id, qp, op, mr, offset, len });
         Ok(())
+    }
+
+    /// Whether QP `qp` is in ERR: what is posted to it then is flushed
+    /// here (verbs: every WR posted to a QP in ERR completes with
+    /// `IBV_WC_WR_FLUSH_ERR`, signaled or not) and never reaches the
+    /// daemon.
+    pub fn in_error(&mut self, qp: u32) -> bool {
+        self.qp(qp).is_ok_and(|q| q.state == v::IBV_QPS_ERR)
+    }
+
+    /// Flushes send WR `wr_id` of QP `qp` (in ERR): its CQE follows those
+    /// of every send WR posted before it.
+    pub fn flush_send(&mut self, qp: u32, wr_id: u64) -> Result<(), Errno> {
+        let q = self.qp(qp)?;
+        let meta = SendMeta { wr_id, signaled: true, opcode: v::IBV_WC_SEND, len: 0, flushed: true };
+        q.pending.push_back(meta);
+        self.release_flushed(qp);
+        Ok(())
+    }
+
+    /// Flushes RECV `wr_id` of QP `qp` (in ERR).
+    pub fn flush_recv(&mut self, qp: u32, wr_id: u64) -> Result<(), Errno> {
+        let q = self.qp(qp)?;
+        let wc = Wc {
+            wr_id,
+            status: v::IBV_WC_WR_FLUSH_ERR,
+            opcode: v::IBV_WC_RECV,
+            byte_len: 0,
+            imm: None,
+            qp_num: q.qpn,
+            src_qp: q.dest_qpn,
+        };
+        let cq = q.recv_cq;
+        if let Some(Some(cq)) = self.cqs.get_mut(cq as usize) {
+            cq.ready.push_back(wc);
+        }
+        Ok(())
+    }
+
+    /// Gives the CQEs of the flushed send WRs at the head of QP `qp`'s
+    /// pending ones (nothing the daemon has is before them).
+    fn release_flushed(&mut self, qp: u32) {
+        let Some(Some(q)) = self.qps.get_mut(qp as usize) else { return };
+        while q.pending.front().is_some_and(|m| m.flushed) {
+            let Some(m) = q.pending.pop_front() else { break };
+            let wc = Wc {
+                wr_id: m.wr_id,
+                status: v::IBV_WC_WR_FLUSH_ERR,
+                opcode: m.opcode,
+                byte_len: 0,
+                imm: None,
+                qp_num: q.qpn,
+                src_qp: q.dest_qpn,
+            };
+            if let Some(Some(cq)) = self.cqs.get_mut(q.send_cq as usize) {
+                cq.ready.push_back(wc);
+            }
+        }
     }
 
     /// Stages a RECV of QP `qp` into `len` bytes at `addr` of region `lkey`.
@@ -489,6 +552,7 @@ impl Process {
         } else {
             let Some(m) = q.pending.pop_front() else { return };
             if !m.signaled && status == v::IBV_WC_SUCCESS {
+                self.release_flushed(c.qp);
                 return;
             }
             let wc = Wc {
@@ -504,6 +568,9 @@ impl Process {
         };
         if let Some(Some(cq)) = self.cqs.get_mut(cq as usize) {
             cq.ready.push_back(wc);
+        }
+        if !c.recv {
+            self.release_flushed(c.qp);
         }
     }
 

@@ -70,6 +70,14 @@ pub unsafe extern "C" fn post_send(
     }
     let index = (*qp).handle;
     let r = process::with(|p| {
+        if p.in_error(index) {
+            let mut at = wr;
+            while !at.is_null() {
+                p.flush_send(index, (*at).wr_id)?;
+                at = (*at).next;
+            }
+            return Ok(Ok(()));
+        }
         let (mut at, mut n) = (wr, 0usize);
         while !at.is_null() {
             if let Err(e) = stage(p, index, &*at) {
@@ -116,6 +124,14 @@ pub unsafe extern "C" fn post_recv(
     }
     let index = (*qp).handle;
     let r = process::with(|p| {
+        if p.in_error(index) {
+            let mut at = wr;
+            while !at.is_null() {
+                p.flush_recv(index, (*at).wr_id)?;
+                at = (*at).next;
+            }
+            return Ok(Ok(()));
+        }
         let (mut at, mut n) = (wr, 0usize);
         while !at.is_null() {
             let w = &*at;

@@ -179,9 +179,15 @@ unsafe fn reg_mr(pd: *mut v::ibv_pd, addr: *mut c_void, len: usize, iova: u64) -
     let r = process::with(|p| {
         let i = memory::share(&mut p.shared, addr as u64, len as u64)?;
         let s = &p.shared[i];
-        let file = s.file.try_clone().map_err(|_| Errno(libc::EMFILE))?;
-        let window = MrWindow { offset: addr as u64 - s.start, len: len as u64, iova };
-        p.reg_window(&file, s.end - s.start, window)
+        let (start, pages) = (s.start, s.end - s.start);
+        let registered = s.file.try_clone().map_err(|_| Errno(libc::EMFILE)).and_then(|file| {
+            let window = MrWindow { offset: addr as u64 - start, len: len as u64, iova };
+            p.reg_window(&file, pages, window)
+        });
+        if registered.is_err() {
+            memory::release(&mut p.shared, addr as u64, len as u64);
+        }
+        registered
     });
     match r {
         Err(e) => null_with(e),
@@ -228,6 +234,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut v::ibv_mr) -> c_int {
     let mr = Box::from_raw(mr);
     let _ = process::with(|p| {
         p.forget_mr(mr.lkey);
+        memory::release(&mut p.shared, mr.addr as u64, mr.length as u64);
         Ok(())
     });
     0
