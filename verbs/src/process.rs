@@ -90,6 +90,14 @@ pub struct QpState {
     next_slot: u32,
 }
 
+impl QpState {
+    /// The flush-error CQE of WR `wr_id` of this QP.
+    fn flush_wc(&self, wr_id: u64, opcode: v::ibv_wc_opcode) -> Wc {
+        let status = v::IBV_WC_WR_FLUSH_ERR;
+        Wc { wr_id, status, opcode, byte_len: 0, imm: None, qp_num: self.qpn, src_qp: self.dest_qpn }
+    }
+}
+
 /// A completion as verbs shows it.
 #[derive(Debug, Clone, Copy)]
 pub struct Wc {
@@ -404,15 +412,7 @@ impl Process {
     /// Flushes RECV `wr_id` of QP `qp` (in ERR).
     pub fn flush_recv(&mut self, qp: u32, wr_id: u64) -> Result<(), Errno> {
         let q = self.qp(qp)?;
-        let wc = Wc {
-            wr_id,
-            status: v::IBV_WC_WR_FLUSH_ERR,
-            opcode: v::IBV_WC_RECV,
-            byte_len: 0,
-            imm: None,
-            qp_num: q.qpn,
-            src_qp: q.dest_qpn,
-        };
+        let wc = q.flush_wc(wr_id, v::IBV_WC_RECV);
         let cq = q.recv_cq;
         if let Some(Some(cq)) = self.cqs.get_mut(cq as usize) {
             cq.ready.push_back(wc);
@@ -426,15 +426,7 @@ impl Process {
         let Some(Some(q)) = self.qps.get_mut(qp as usize) else { return };
         while q.pending.front().is_some_and(|m| m.flushed) {
             let Some(m) = q.pending.pop_front() else { break };
-            let wc = Wc {
-                wr_id: m.wr_id,
-                status: v::IBV_WC_WR_FLUSH_ERR,
-                opcode: m.opcode,
-                byte_len: 0,
-                imm: None,
-                qp_num: q.qpn,
-                src_qp: q.dest_qpn,
-            };
+            let wc = q.flush_wc(m.wr_id, m.opcode);
             if let Some(Some(cq)) = self.cqs.get_mut(q.send_cq as usize) {
                 cq.ready.push_back(wc);
             }

@@ -60,6 +60,56 @@ unsafe fn stage(p: &mut process::Process, qp: u32, wr: &v::ibv_send_wr) -> Resul
     p.stage_send(qp, &s)
 }
 
+/// A verbs post list's work request (`ibv_send_wr`, `ibv_recv_wr`).
+trait WrList {
+    fn wr_id(&self) -> u64;
+    fn next(&self) -> *mut Self;
+}
+
+impl WrList for v::ibv_send_wr {
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+impl WrList for v::ibv_recv_wr {
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+}
+
+/// Flushes every WR of the list at `wr` with `flush` (a QP in ERR).
+unsafe fn flush_all<W: WrList>(
+    wr: *mut W,
+    mut flush: impl FnMut(u64) -> Result<(), Errno>,
+) -> Result<Result<(), (*mut W, Errno)>, Errno> {
+    let mut at = wr;
+    while !at.is_null() {
+        flush((*at).wr_id())?;
+        at = (*at).next();
+    }
+    Ok(Ok(()))
+}
+
+/// The post's outcome when the ring took `taken` of its `n` WRs: the
+/// first one not taken is the bad WR (`ENOMEM`: the ring stayed full).
+unsafe fn taken_of<W: WrList>(wr: *mut W, taken: usize, n: usize) -> Result<(), (*mut W, Errno)> {
+    if taken == n {
+        return Ok(());
+    }
+    let mut first = wr;
+    for _ in 0..taken {
+        first = (*first).next();
+    }
+    Err((first, Errno(libc::ENOMEM)))
+}
+
 pub unsafe extern "C" fn post_send(
     qp: *mut v::ibv_qp,
     wr: *mut v::ibv_send_wr,
@@ -71,12 +121,7 @@ pub unsafe extern "C" fn post_send(
     let index = (*qp).handle;
     let r = process::with(|p| {
         if p.in_error(index) {
-            let mut at = wr;
-            while !at.is_null() {
-                p.flush_send(index, (*at).wr_id)?;
-                at = (*at).next;
-            }
-            return Ok(Ok(()));
+            return flush_all(wr, |id| p.flush_send(index, id));
         }
         let (mut at, mut n) = (wr, 0usize);
         while !at.is_null() {
@@ -88,14 +133,7 @@ pub unsafe extern "C" fn post_send(
             at = (*at).next;
         }
         let taken = p.post(index, true)?;
-        if taken == n {
-            return Ok(Ok(()));
-        }
-        let mut first = wr;
-        for _ in 0..taken {
-            first = (*first).next;
-        }
-        Ok(Err((first, Errno(libc::ENOMEM))))
+        Ok(taken_of(wr, taken, n))
     });
     finish(r, bad)
 }
@@ -125,12 +163,7 @@ pub unsafe extern "C" fn post_recv(
     let index = (*qp).handle;
     let r = process::with(|p| {
         if p.in_error(index) {
-            let mut at = wr;
-            while !at.is_null() {
-                p.flush_recv(index, (*at).wr_id)?;
-                at = (*at).next;
-            }
-            return Ok(Ok(()));
+            return flush_all(wr, |id| p.flush_recv(index, id));
         }
         let (mut at, mut n) = (wr, 0usize);
         while !at.is_null() {
@@ -151,14 +184,7 @@ pub unsafe extern "C" fn post_recv(
         // ring); after it, none does.
         let waiting = n - p.staged();
         let taken = waiting + p.post(index, false)?;
-        if taken == n {
-            return Ok(Ok(()));
-        }
-        let mut first = wr;
-        for _ in 0..taken {
-            first = (*first).next;
-        }
-        Ok(Err((first, Errno(libc::ENOMEM))))
+        Ok(taken_of(wr, taken, n))
     });
     finish(r, bad)
 }

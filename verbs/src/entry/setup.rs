@@ -304,18 +304,29 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut v::ibv_cq, cqe: c_int) -> c_int 
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
-    if cq.is_null() {
+/// Destroys the process's object behind `obj` (`gone` on its handle),
+/// then frees `obj`; the errno if either fails.
+unsafe fn destroy<T>(
+    obj: *mut T,
+    handle: impl FnOnce(&T) -> u32,
+    gone: impl FnOnce(&mut process::Process, u32) -> Result<(), Errno>,
+) -> c_int {
+    if obj.is_null() {
         return libc::EINVAL;
     }
-    match process::with(|p| p.destroy_cq((*cq).handle)) {
+    let h = handle(&*obj);
+    match process::with(|p| gone(p, h)) {
         Ok(()) => {
-            drop(Box::from_raw(cq));
+            drop(Box::from_raw(obj));
             0
         }
         Err(e) => e.0,
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
+    destroy(cq, |c| c.handle, |p, h| p.destroy_cq(h))
 }
 
 #[no_mangle]
@@ -458,14 +469,5 @@ pub unsafe extern "C" fn ibv_query_qp(
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
-    if qp.is_null() {
-        return libc::EINVAL;
-    }
-    match process::with(|p| p.destroy_qp((*qp).handle)) {
-        Ok(()) => {
-            drop(Box::from_raw(qp));
-            0
-        }
-        Err(e) => e.0,
-    }
+    destroy(qp, |q| q.handle, |p, h| p.destroy_qp(h))
 }
