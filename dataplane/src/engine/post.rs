@@ -432,15 +432,14 @@ impl<R: Rnic> Dataplane<R> {
 
 /// What the policy sees of a request.
 fn request_info(tenant: u32, wr: &WorkRequest, depth: u32) -> RequestInfo {
-    RequestInfo {
-        tenant,
-        qp: wr.qp,
-        len: wr.len as u64,
-        op: match wr.op {
-            RequestOp::Send => PolicyOp::Send,
-            RequestOp::Read { .. } => PolicyOp::Read,
-            _ => PolicyOp::Write,
-        },
-        depth,
+    RequestInfo { tenant, qp: wr.qp, len: wr.len as u64, op: policy_op(&wr.op), depth }
+}
+
+/// How the policy sees a request's operation.
+pub(super) fn policy_op(op: &RequestOp) -> PolicyOp {
+    match op {
+        RequestOp::Send => PolicyOp::Send,
+        RequestOp::Read { .. } => PolicyOp::Read,
+        _ => PolicyOp::Write,
     }
 }

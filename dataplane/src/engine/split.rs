@@ -61,6 +61,28 @@ pub(crate) fn splittable(op: &RequestOp) -> bool {
     matches!(op, RequestOp::Write { .. } | RequestOp::WriteImm { .. } | RequestOp::Read { .. })
 }
 
+/// The budget a request's bytes are charged to in fair admission.
+pub(crate) fn charged_op(op: &RequestOp) -> ChargedOp {
+    match op {
+        RequestOp::Send => ChargedOp::Send,
+        RequestOp::Read { .. } => ChargedOp::Read,
+        _ => ChargedOp::Write,
+    }
+}
+
+/// The WQE opcode of a message posted whole, with its charge; `None` for
+/// a RECV, which is no send WQE.
+pub(crate) fn whole_opcode(op: &RequestOp) -> Option<(WrOpcode, ChargedOp)> {
+    let opcode = match *op {
+        RequestOp::Write { remote } => WrOpcode::Write { remote },
+        RequestOp::WriteImm { remote, imm } => WrOpcode::WriteImm { remote, imm },
+        RequestOp::Send => WrOpcode::Send,
+        RequestOp::Read { remote } => WrOpcode::Read { remote },
+        RequestOp::Recv => return None,
+    };
+    Some((opcode, charged_op(op)))
+}
+
 fn offset_remote(r: RemoteAddr, by: u64) -> RemoteAddr {
     RemoteAddr { addr: r.addr + by, rkey: r.rkey }
 }
@@ -170,12 +192,7 @@ pub(crate) fn emit_chunk(cur: &mut Cursor, room: u32, sink: &mut WqeSink<'_>) ->
         Meta::Hidden
     };
     let inline = last && cur.offset == 0 && this <= INLINE_MAX as u64 && !matches!(cur.wr.op, RequestOp::Read { .. });
-    let charged_op = match cur.wr.op {
-        RequestOp::Send => ChargedOp::Send,
-        RequestOp::Read { .. } => ChargedOp::Read,
-        _ => ChargedOp::Write,
-    };
-    let mut charge = sink.charge(this as u32, charged_op);
+    let mut charge = sink.charge(this as u32, charged_op(&cur.wr.op));
     if let Some(r) = record {
         // The step's charge rides on its first WQE.
         sink.push_record(r, sink.charge(this as u32 + r.stage.length, ChargedOp::Write));

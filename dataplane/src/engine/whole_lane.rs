@@ -11,6 +11,7 @@
 //! a CQE and its completion.
 
 use super::loop_share::WqeCounts;
+use super::post::policy_op;
 use super::qp::ChargedOp;
 use super::split::INLINE_MAX;
 use super::*;
@@ -52,25 +53,13 @@ impl<R: Rnic> Dataplane<R> {
             }
             let q = &mut self.qps[qi];
             let Some(head) = q.held.front() else { break };
-            let op = match head.op {
-                RequestOp::Write { .. } | RequestOp::WriteImm { .. } => PolicyOp::Write,
-                RequestOp::Send => PolicyOp::Send,
-                RequestOp::Read { .. } => PolicyOp::Read,
-                RequestOp::Recv => break,
-            };
-            if !self.policy.answers_whole(head.len as u64, op, &self.plans[t]) {
+            let Some((opcode, charged)) = split::whole_opcode(&head.op) else { break };
+            if !self.policy.answers_whole(head.len as u64, policy_op(&head.op), &self.plans[t]) {
                 break;
             }
             self.charge_loop(t, call);
             let q = &mut self.qps[qi];
             let Some(wr) = q.held.pop_front() else { break };
-            let (opcode, charged) = match wr.op {
-                RequestOp::Write { remote } => (WrOpcode::Write { remote }, ChargedOp::Write),
-                RequestOp::WriteImm { remote, imm } => (WrOpcode::WriteImm { remote, imm }, ChargedOp::Write),
-                RequestOp::Send => (WrOpcode::Send, ChargedOp::Send),
-                RequestOp::Read { remote } => (WrOpcode::Read { remote }, ChargedOp::Read),
-                RequestOp::Recv => unreachable!("RECVs are posted at intake"),
-            };
             q.peer_recvs += matches!(wr.op, RequestOp::Send | RequestOp::WriteImm { .. }) as u64;
             let len = wr.len;
             let signaled = *list.grouped + len as u64 >= split::GROUP_BYTES || q.since_signal + 1 >= list.signal_every;
